@@ -1,0 +1,59 @@
+// Decode and prefill throughput of a dense model of realistic shape.
+// Default: a synthetic Qwen2.5-0.5B-shaped Qwen3-family model in bf16 (written
+// by make-test-model into build/models/ on first use), 2 threads.
+//   build/bench_decode [MODEL_DIR] [--prompt N] [--tokens N]
+// Prints figures; decides nothing.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "engine/generate.h"
+#include "models/model.h"
+#include "models/synthetic.h"
+
+using namespace mx;
+
+int main(int argc, char** argv) {
+  std::string dir = "build/models/qwen3-medium-bf16";
+  int prompt_len = 128, tokens = 64;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) prompt_len = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = std::atoi(argv[++i]);
+    else dir = argv[i];
+  }
+  try {
+    if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json")) {
+      std::fprintf(stderr, "writing synthetic model to %s ...\n", dir.c_str());
+      SyntheticSpec s;
+      s.arch = "qwen3";
+      s.preset = "medium";
+      write_synthetic_model(dir, s);
+    }
+    auto model = load_model(dir);
+    const ModelConfig& c = model->config();
+    std::vector<int32_t> prompt(prompt_len);
+    for (int i = 0; i < prompt_len; ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
+    GenerateOptions o;
+    o.max_tokens = tokens;
+    o.sampling.temperature = 0;
+    o.ignore_eos = true;
+    generate(*model, prompt, {.max_tokens = 2, .ignore_eos = true});  // warm the page cache
+    GenerateResult r = generate(*model, prompt, o);
+    const double decode_tps = (r.tokens.size() - 1) / r.decode_seconds;
+    const double bytes_per_token = double(model->parameter_count()) * 2.0;  // bf16
+    std::printf("model: %s, %lld parameters, isa %s, %d threads\n", c.architecture.c_str(),
+                (long long)model->parameter_count(), isa_name(best_isa()), global_pool().size());
+    std::printf("prefill: %d tokens in %.3f s = %.1f tok/s\n", r.prompt_tokens, r.prefill_seconds,
+                r.prompt_tokens / r.prefill_seconds);
+    std::printf("decode: %zu tokens in %.3f s = %.2f tok/s (%.1f GB/s of weights streamed)\n",
+                r.tokens.size() - 1, r.decode_seconds, decode_tps, decode_tps * bytes_per_token / 1e9);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,186 @@
+// CPU kernel throughput: decode GEMV (weights streamed from DRAM), prefill GEMM,
+// and STREAM-like memory bandwidth on the same thread pool, so the GEMV GB/s can be
+// read against what the machine's memory delivers.
+//   build/bench_kernels [--benchmark_filter=...]   (MXSERVE_THREADS / MXSERVE_ISA apply)
+// GEMV cycles through enough copies of the weight matrix to exceed the last-level
+// cache several times over, as a real decode step does across layers.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+
+namespace {
+
+using namespace mx;
+
+constexpr size_t kColdBytes = size_t(256) << 20;  // working set well beyond a 32 MiB L3
+
+ThreadPool& pool() { return global_pool(); }
+
+// Fills a buffer with small pseudo-random values of the given dtype (cheap LCG:
+// initialising hundreds of MiB must not dominate the run).
+void fill(void* p, DType dt, int64_t n, uint32_t seed) {
+  uint32_t s = seed * 2654435761u + 1;
+  auto next = [&] {
+    s = s * 1664525u + 1013904223u;
+    return float(int32_t(s >> 9) - (1 << 22)) / float(1 << 22);  // [-1, 1)
+  };
+  if (dt == DType::F32) {
+    float* f = static_cast<float*>(p);
+    for (int64_t i = 0; i < n; ++i) f[i] = next();
+  } else {
+    uint16_t* h = static_cast<uint16_t*>(p);
+    for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(next());
+  }
+}
+
+struct Problem {
+  std::vector<OwnedTensor> w;  // copies of the weight, cycled through
+  std::vector<float> x, y;
+  Problem(DType dt, int64_t out, int64_t in, int64_t n_tokens, size_t min_bytes) {
+    const size_t bytes = dtype_bytes(dt, out * in);
+    const size_t copies = std::max<size_t>(1, (min_bytes + bytes - 1) / bytes);
+    for (size_t c = 0; c < copies; ++c) {
+      w.push_back(OwnedTensor::make(dt, {out, in}));
+      fill(w.back().t.data, dt, out * in, uint32_t(c + 1));
+    }
+    x.resize(size_t(n_tokens * in));
+    fill(x.data(), DType::F32, n_tokens * in, 7);
+    y.resize(size_t(n_tokens * out));
+  }
+};
+
+void BM_Gemv(benchmark::State& st, DType dt, int64_t out, int64_t in) {
+  Problem p(dt, out, in, 1, kColdBytes);
+  size_t c = 0;
+  for (auto _ : st) {
+    matmul(p.y.data(), p.x.data(), p.w[c].t, 1, pool());
+    c = (c + 1) % p.w.size();
+    benchmark::DoNotOptimize(p.y.data());
+    benchmark::ClobberMemory();
+  }
+  const double bytes = double(dtype_bytes(dt, out * in));
+  st.SetBytesProcessed(int64_t(st.iterations() * bytes));
+  st.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.SetLabel(std::string(isa_name(best_isa())) + ", " + std::to_string(p.w.size()) + " copies");
+}
+
+void BM_Gemm(benchmark::State& st, DType dt, int64_t out, int64_t in) {
+  const int64_t n = st.range(0);
+  Problem p(dt, out, in, n, 0);  // weights reused across the batch: cache-resident is fine
+  for (auto _ : st) {
+    matmul(p.y.data(), p.x.data(), p.w[0].t, n, pool());
+    benchmark::DoNotOptimize(p.y.data());
+    benchmark::ClobberMemory();
+  }
+  const double flops = 2.0 * double(out) * double(in) * double(n);
+  st.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.SetLabel(isa_name(best_isa()));
+}
+
+#define GEMV(dt, out, in) \
+  BENCHMARK_CAPTURE(BM_Gemv, dt##_##out##x##in, DType::dt, out, in)->UseRealTime()
+GEMV(F32, 896, 4864);
+GEMV(F32, 4864, 896);
+GEMV(F32, 4096, 4096);
+GEMV(F32, 2048, 8192);
+GEMV(BF16, 896, 4864);
+GEMV(BF16, 4864, 896);
+GEMV(BF16, 4096, 4096);
+GEMV(BF16, 2048, 8192);
+
+#define GEMM(dt, out, in)                                           \
+  BENCHMARK_CAPTURE(BM_Gemm, dt##_##out##x##in, DType::dt, out, in) \
+      ->Arg(16)->Arg(64)->Arg(256)->ArgName("tokens")->UseRealTime()
+GEMM(F32, 4864, 896);
+GEMM(F32, 896, 4864);
+GEMM(BF16, 4864, 896);
+GEMM(BF16, 896, 4864);
+
+// --- STREAM-like bandwidth, parallel over the same pool -------------------------
+
+struct Arrays {
+  static constexpr int64_t n = int64_t(kColdBytes / sizeof(float));  // 256 MiB each
+  Buffer a{kColdBytes}, b{kColdBytes}, c{kColdBytes};
+  Arrays() {
+    // First touch from the pool, as the kernels will later read it.
+    pool().parallel_for(n, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        A()[i] = 1.0f;
+        B()[i] = 2.0f;
+        C()[i] = 0.5f;
+      }
+    }, 1 << 16);
+  }
+  float* A() const { return static_cast<float*>(a.data()); }
+  float* B() const { return static_cast<float*>(b.data()); }
+  float* C() const { return static_cast<float*>(c.data()); }
+};
+
+Arrays& arrays() {
+  static Arrays arr;
+  return arr;
+}
+
+void report(benchmark::State& st, double bytes_per_iter) {
+  st.SetBytesProcessed(int64_t(st.iterations() * bytes_per_iter));
+  st.counters["GB/s"] = benchmark::Counter(bytes_per_iter / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Read only: the access pattern of a GEMV. Integer sum so the loop vectorises.
+void BM_StreamRead(benchmark::State& st) {
+  Arrays& r = arrays();
+  const int64_t words = Arrays::n / 2;
+  const uint64_t* a = static_cast<const uint64_t*>(r.a.data());
+  std::vector<uint64_t> part(size_t(pool().size()) * 8);  // one cache line per range
+  for (auto _ : st) {
+    pool().parallel_for(pool().size(), [&](int64_t tb, int64_t te) {
+      for (int64_t t = tb; t < te; ++t) {
+        const int64_t lo = words * t / pool().size(), hi = words * (t + 1) / pool().size();
+        uint64_t s = 0;
+        for (int64_t i = lo; i < hi; ++i) s += a[i];
+        part[size_t(t) * 8] = s;
+      }
+    });
+    benchmark::DoNotOptimize(part.data());
+  }
+  report(st, double(kColdBytes));
+}
+
+void BM_StreamCopy(benchmark::State& st) {  // c = a
+  Arrays& r = arrays();
+  for (auto _ : st) {
+    pool().parallel_for(Arrays::n, [&](int64_t lo, int64_t hi) {
+      std::memcpy(r.C() + lo, r.A() + lo, size_t(hi - lo) * sizeof(float));
+    }, 1 << 16);
+    benchmark::ClobberMemory();
+  }
+  report(st, 2.0 * double(kColdBytes));  // STREAM convention: bytes read + written
+}
+
+void BM_StreamTriad(benchmark::State& st) {  // a = b + s * c
+  Arrays& r = arrays();
+  const float s = 3.0f;
+  for (auto _ : st) {
+    pool().parallel_for(Arrays::n, [&](int64_t lo, int64_t hi) {
+      float* a = r.A();
+      const float *b = r.B(), *c = r.C();
+      for (int64_t i = lo; i < hi; ++i) a[i] = b[i] + s * c[i];
+    }, 1 << 16);
+    benchmark::ClobberMemory();
+  }
+  report(st, 3.0 * double(kColdBytes));
+}
+
+BENCHMARK(BM_StreamRead)->UseRealTime();
+BENCHMARK(BM_StreamCopy)->UseRealTime();
+BENCHMARK(BM_StreamTriad)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

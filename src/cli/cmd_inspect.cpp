@@ -1,0 +1,35 @@
+// mxserve inspect: what a checkpoint holds and how the model maps it.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "models/model.h"
+
+namespace mx::cli {
+
+Command add_inspect(CLI::App& app) {
+  auto* s = app.add_subcommand("inspect", "Show architecture, parameter count and tensor mapping");
+  auto model = std::make_shared<std::string>();
+  s->add_option("--model", *model, "Model directory or llama2.c .bin")->required();
+  return {s, [model] {
+            auto m = load_model(*model);
+            const ModelConfig& c = m->config();
+            std::printf("architecture: %s\n", c.architecture.c_str());
+            std::printf("parameters: %lld\n", (long long)m->parameter_count());
+            std::printf("layers: %d  hidden: %d  intermediate: %d  heads: %d  kv_heads: %d  "
+                        "head_dim: %d  vocab: %d  context: %d\n",
+                        c.num_hidden_layers, c.hidden_size, c.intermediate_size,
+                        c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.vocab_size,
+                        c.max_position_embeddings);
+            std::printf("rope: theta %g, scaling %s; tied embeddings: %s; qk_norm: %s; "
+                        "attention bias: %s\n",
+                        c.rope_theta, c.rope_scaling.type.c_str(), c.tie_word_embeddings ? "yes" : "no",
+                        c.qk_norm ? "yes" : "no", c.attention_bias ? "yes" : "no");
+            std::printf("tensors (checkpoint name -> parameter, dtype, shape):\n");
+            for (const auto& b : m->weight_map())
+              std::printf("  %s -> %s  %s %s\n", b.checkpoint_name.c_str(), b.param.c_str(),
+                          dtype_name(b.dtype), b.shape.c_str());
+            return 0;
+          }};
+}
+
+}  // namespace mx::cli

@@ -1,0 +1,34 @@
+// mxserve make-test-model: synthetic HF-layout checkpoints (models/synthetic.h).
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "models/synthetic.h"
+
+namespace mx::cli {
+
+Command add_make_test_model(CLI::App& app) {
+  auto* s = app.add_subcommand("make-test-model",
+                               "Write a random-weight checkpoint with a real family's tensor names");
+  auto spec = std::make_shared<SyntheticSpec>();
+  auto out = std::make_shared<std::string>();
+  auto dtype = std::make_shared<std::string>("bf16");
+  auto shard_mb = std::make_shared<size_t>(2048);
+  s->add_option("--arch", spec->arch, "llama | qwen2 | qwen3 | glm4_moe | deepseek_v3 | qwen3_moe")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "glm4_moe", "deepseek_v3", "qwen3_moe"}));
+  s->add_option("--preset", spec->preset, "tiny | small | medium")
+      ->check(CLI::IsMember({"tiny", "small", "medium"}));
+  s->add_option("--out", *out, "Output directory")->required();
+  s->add_option("--seed", spec->seed, "Random seed");
+  s->add_option("--dtype", *dtype, "bf16 | f32")->check(CLI::IsMember({"bf16", "f32"}));
+  s->add_option("--shard-mb", *shard_mb, "Maximum shard size in MiB")->check(CLI::Range(1, 1 << 20));
+  return {s, [spec, out, dtype, shard_mb] {
+            spec->dtype = *dtype == "f32" ? DType::F32 : DType::BF16;
+            spec->max_shard_bytes = *shard_mb << 20;
+            int64_t n = write_synthetic_model(*out, *spec);
+            std::fprintf(stderr, "wrote %s %s (%lld parameters) to %s\n", spec->arch.c_str(),
+                         spec->preset.c_str(), (long long)n, out->c_str());
+            return 0;
+          }};
+}
+
+}  // namespace mx::cli

@@ -1,0 +1,23 @@
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <vector>
+
+namespace mx::cli {
+
+struct Command {
+  CLI::App* sub;
+  std::function<int()> run;  // exit code
+};
+
+// Each adds its subcommand to app and returns how to run it.
+Command add_generate(CLI::App& app);
+Command add_logits(CLI::App& app);
+Command add_inspect(CLI::App& app);
+Command add_make_test_model(CLI::App& app);
+
+inline std::vector<Command> all_commands(CLI::App& app) {
+  return {add_generate(app), add_logits(app), add_inspect(app), add_make_test_model(app)};
+}
+
+}  // namespace mx::cli

@@ -1,0 +1,36 @@
+// mxserve: one binary, one subcommand per job. Each subcommand lives in its own
+// file under src/cli/ and registers itself here.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mxserve: LLM inference engine and OpenAI-compatible server for MoE models"};
+  // At most one subcommand; none is reported after parsing so that an unknown
+  // word is named ("not expected: frobnicate") rather than "subcommand required".
+  app.require_subcommand(0, 1);
+  app.set_help_all_flag("--help-all", "Print help for every subcommand");
+  std::vector<mx::cli::Command> cmds = mx::cli::all_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (app.get_subcommands().empty()) {
+    std::fprintf(stderr, "error: a subcommand is required\n%s", app.help().c_str());
+    return 2;
+  }
+  try {
+    for (auto& c : cmds)
+      if (c.sub->parsed()) return c.run();
+  } catch (const mx::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}

@@ -1,0 +1,107 @@
+#include "core/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace mx {
+
+namespace {
+uint64_t xgetbv0() {
+  uint32_t eax, edx;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (uint64_t(edx) << 32) | eax;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  bool osxsave = c & (1u << 27);
+  bool fma = c & (1u << 12), f16c = c & (1u << 29);
+  if (!osxsave) return f;
+  uint64_t xcr0 = xgetbv0();
+  bool os_avx = (xcr0 & 0x6) == 0x6;
+  bool os_avx512 = (xcr0 & 0xe6) == 0xe6;
+  bool os_amx = (xcr0 & (3ull << 17)) == (3ull << 17);
+  if (!os_avx) return f;
+  f.fma = fma;
+  f.f16c = f16c;
+  __cpuid_count(7, 0, a, b, c, d);
+  f.avx2 = (b & (1u << 5)) && fma;
+  if (os_avx512) {
+    f.avx512f = b & (1u << 16);
+    f.avx512bw = b & (1u << 30);
+    f.avx512vl = b & (1u << 31);
+    f.avx512vnni = c & (1u << 11);
+  }
+  if (os_amx) {
+    f.amx_bf16 = d & (1u << 22);
+    f.amx_int8 = d & (1u << 25);
+  }
+  __cpuid_count(7, 1, a, b, c, d);
+  f.avx_vnni = a & (1u << 4);
+  if (os_avx512) f.avx512bf16 = a & (1u << 5);
+  return f;
+}
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+const char* isa_name(Isa i) {
+  switch (i) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa best_isa() {
+  static const Isa isa = [] {
+    const auto& f = cpu_features();
+    Isa hw = Isa::Scalar;
+    if (f.avx2) hw = Isa::Avx2;
+    if (f.avx512f && f.avx512bw && f.avx512vl) hw = Isa::Avx512;
+    if (const char* env = std::getenv("MXSERVE_ISA")) {
+      Isa want;
+      if (!std::strcmp(env, "scalar")) want = Isa::Scalar;
+      else if (!std::strcmp(env, "avx2")) want = Isa::Avx2;
+      else if (!std::strcmp(env, "avx512")) want = Isa::Avx512;
+      else fail("MXSERVE_ISA={} is not one of scalar, avx2, avx512", env);
+      MX_CHECK(int(want) <= int(hw), "MXSERVE_ISA={} but this CPU supports at most {}", env,
+               isa_name(hw));
+      return want;
+    }
+    return hw;
+  }();
+  return isa;
+}
+
+std::string cpu_features_string() {
+  const auto& f = cpu_features();
+  std::string s;
+  auto add = [&](bool on, const char* n) {
+    if (on) s += (s.empty() ? "" : " ") + std::string(n);
+  };
+  add(f.avx2, "avx2");
+  add(f.fma, "fma");
+  add(f.f16c, "f16c");
+  add(f.avx512f, "avx512f");
+  add(f.avx512bw, "avx512bw");
+  add(f.avx512vl, "avx512vl");
+  add(f.avx512vnni, "avx512vnni");
+  add(f.avx512bf16, "avx512bf16");
+  add(f.avx_vnni, "avxvnni");
+  add(f.amx_bf16, "amx-bf16");
+  add(f.amx_int8, "amx-int8");
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace mx

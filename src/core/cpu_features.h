@@ -1,0 +1,22 @@
+#pragma once
+// Instruction sets available at run time. Kernels are compiled for several ISAs
+// and one is chosen per process; MXSERVE_ISA=scalar|avx2|avx512 forces a lower one
+// (tests use it to compare paths).
+#include <string>
+
+namespace mx {
+
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
+  bool avx_vnni = false, amx_bf16 = false, amx_int8 = false;
+};
+
+const CpuFeatures& cpu_features();
+Isa best_isa();            // highest usable ISA, honouring MXSERVE_ISA
+const char* isa_name(Isa);
+std::string cpu_features_string();
+
+}  // namespace mx

@@ -1,0 +1,61 @@
+#pragma once
+// A fixed pool of worker threads for data-parallel loops. parallel_for splits
+// [0, n) into one contiguous range per thread; the calling thread takes range 0.
+// Work is split by output element, never inside a reduction, so results do not
+// depend on the thread count. Workers spin briefly, then sleep (C++20 atomic wait),
+// so a decode step with hundreds of small loops does not pay a futex wake each time.
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace mx {
+
+// Non-owning, non-allocating reference to a callable void(int64_t begin, int64_t end).
+class RangeFn {
+ public:
+  template <typename F>
+  RangeFn(F& f) : obj_(&f), call_([](void* o, int64_t b, int64_t e) { (*static_cast<F*>(o))(b, e); }) {}
+  void operator()(int64_t b, int64_t e) const { call_(obj_, b, e); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, int64_t, int64_t);
+};
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads = 0);  // 0: one per hardware thread
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Runs fn over [0, n) split into ranges aligned to `grain` elements.
+  void run(int64_t n, RangeFn fn, int64_t grain = 1);
+
+  template <typename F>
+  void parallel_for(int64_t n, F&& f, int64_t grain = 1) {
+    run(n, RangeFn(f), grain);
+  }
+
+ private:
+  void worker(int idx);
+  void do_range(int idx);
+
+  int n_threads_;
+  std::vector<std::thread> threads_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  // The job being run; written before generation_ is bumped.
+  const RangeFn* job_ = nullptr;
+  int64_t job_n_ = 0, job_grain_ = 1;
+};
+
+// The process-wide pool, created on first use. MXSERVE_THREADS overrides its size.
+ThreadPool& global_pool();
+void set_global_threads(int n);  // before first use of global_pool()
+
+}  // namespace mx

@@ -1,0 +1,40 @@
+#pragma once
+// Single-sequence generation: prefill the prompt in chunks, then decode one token
+// per step until EOS, a stop id, or max_tokens. The serving engine batches many
+// of these; this is the plain loop the CLI and the golden tests use.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling.h"
+#include "models/model.h"
+
+namespace mx {
+
+struct GenerateOptions {
+  int max_tokens = 256;
+  SamplingParams sampling;
+  bool ignore_eos = false;
+  int prefill_chunk = 512;  // tokens per prefill forward
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;
+  std::string finish_reason;  // "stop" (EOS) or "length"
+  double prefill_seconds = 0, decode_seconds = 0;
+  int prompt_tokens = 0;
+};
+
+GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& opts,
+                        const std::function<void(int32_t)>& on_token = {});
+
+// Logits of the last prompt position, or of every position ([n, vocab]), with
+// the prompt run in chunks of `chunk` tokens.
+std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& prompt,
+                                 bool all_positions = false, int chunk = 512);
+
+// Parses "1 2 3" or "1,2,3" into ids; throws mx::Error on anything else.
+std::vector<int32_t> parse_token_ids(const std::string& s);
+
+}  // namespace mx

@@ -1,0 +1,389 @@
+#include "io/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+using json = nlohmann::json;
+
+namespace mx {
+
+namespace {
+
+struct ArchName {
+  const char* hf;
+  Arch arch;
+};
+constexpr ArchName kArchs[] = {
+    {"LlamaForCausalLM", Arch::Llama},
+    {"Qwen2ForCausalLM", Arch::Qwen2},
+    {"Qwen3ForCausalLM", Arch::Qwen3},
+    {"Glm4MoeForCausalLM", Arch::Glm4Moe},
+    {"DeepseekV3ForCausalLM", Arch::DeepseekV3},
+    {"Qwen3MoeForCausalLM", Arch::Qwen3Moe},
+};
+
+// Field access that names what is wrong.
+class Fields {
+ public:
+  explicit Fields(const json& j) : j_(j) {}
+  int req_int(const char* k) const {
+    if (!j_.contains(k)) fail("config.json: required field '{}' is missing", k);
+    return as_int(k);
+  }
+  int opt_int(const char* k, int def) const { return present(k) ? as_int(k) : def; }
+  float opt_float(const char* k, float def) const {
+    if (!present(k)) return def;
+    if (!j_[k].is_number()) fail("config.json: '{}' must be a number, got {}", k, j_[k].dump());
+    return j_[k].get<float>();
+  }
+  bool opt_bool(const char* k, bool def) const {
+    if (!present(k)) return def;
+    if (!j_[k].is_boolean()) fail("config.json: '{}' must be true or false, got {}", k, j_[k].dump());
+    return j_[k].get<bool>();
+  }
+  bool present(const char* k) const { return j_.contains(k) && !j_[k].is_null(); }
+  std::string opt_str(const char* k, const std::string& def) const {
+    if (!present(k)) return def;
+    if (!j_[k].is_string()) fail("config.json: '{}' must be a string, got {}", k, j_[k].dump());
+    return j_[k].get<std::string>();
+  }
+  std::vector<int> opt_int_list(const char* k) const {
+    std::vector<int> v;
+    if (!present(k)) return v;
+    if (!j_[k].is_array()) fail("config.json: '{}' must be a list of integers", k);
+    for (const auto& x : j_[k]) {
+      if (!x.is_number_integer()) fail("config.json: '{}' must be a list of integers", k);
+      v.push_back(x.get<int>());
+    }
+    return v;
+  }
+
+ private:
+  int as_int(const char* k) const {
+    const json& v = j_[k];
+    if (!v.is_number_integer()) fail("config.json: '{}' must be an integer, got {}", k, v.dump());
+    int64_t x = v.get<int64_t>();
+    if (x < 0 || x > (1 << 30)) fail("config.json: '{}' = {} is out of range", k, x);
+    return int(x);
+  }
+  const json& j_;
+};
+
+}  // namespace
+
+const char* arch_name(Arch a) {
+  for (const auto& n : kArchs)
+    if (n.arch == a) return n.hf;
+  return "?";
+}
+
+ModelConfig parse_hf_config(const json& j) {
+  if (!j.is_object()) fail("config.json: top level is not an object");
+  ModelConfig c;
+  if (!j.contains("architectures") || !j["architectures"].is_array() ||
+      j["architectures"].size() != 1 || !j["architectures"][0].is_string())
+    fail("config.json: 'architectures' must list exactly one architecture name");
+  c.architecture = j["architectures"][0].get<std::string>();
+  bool known = false;
+  for (const auto& n : kArchs)
+    if (c.architecture == n.hf) c.arch = n.arch, known = true;
+  if (!known) {
+    std::string list;
+    for (const auto& n : kArchs) list += std::string(list.empty() ? "" : ", ") + n.hf;
+    fail("config.json: architecture '{}' is not supported (supported: {})", c.architecture, list);
+  }
+  Fields f(j);
+  c.hidden_size = f.req_int("hidden_size");
+  c.intermediate_size = f.req_int("intermediate_size");
+  c.num_hidden_layers = f.req_int("num_hidden_layers");
+  c.num_attention_heads = f.req_int("num_attention_heads");
+  c.num_key_value_heads = f.opt_int("num_key_value_heads", c.num_attention_heads);
+  c.vocab_size = f.req_int("vocab_size");
+  c.max_position_embeddings = f.opt_int("max_position_embeddings", 2048);
+  MX_CHECK(c.num_attention_heads > 0, "config.json: num_attention_heads must be positive");
+  c.head_dim = f.opt_int("head_dim", c.hidden_size / c.num_attention_heads);
+  c.rms_norm_eps = f.opt_float("rms_norm_eps", 1e-6f);
+  c.rope_theta = f.opt_float("rope_theta", 10000.0f);
+  c.tie_word_embeddings = f.opt_bool("tie_word_embeddings", false);
+  c.bos_token_id = f.opt_int("bos_token_id", -1);
+  if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
+    const json& e = j["eos_token_id"];
+    if (e.is_number_integer()) {
+      c.eos_token_ids.push_back(e.get<int>());
+    } else if (e.is_array()) {
+      for (const auto& v : e) {
+        MX_CHECK(v.is_number_integer(), "config.json: eos_token_id entries must be integers");
+        c.eos_token_ids.push_back(v.get<int>());
+      }
+    } else {
+      fail("config.json: eos_token_id must be an integer or a list of integers");
+    }
+  }
+  if (j.contains("torch_dtype") && j["torch_dtype"].is_string())
+    c.torch_dtype = j["torch_dtype"].get<std::string>();
+
+  std::string act = j.value("hidden_act", std::string("silu"));
+  MX_CHECK(act == "silu", "config.json: hidden_act '{}' is not supported (only silu)", act);
+
+  MoeConfig& m = c.moe;
+  switch (c.arch) {
+    case Arch::Llama:
+      c.attention_bias = f.opt_bool("attention_bias", false);
+      MX_CHECK(!f.opt_bool("mlp_bias", false), "config.json: mlp_bias=true is not supported");
+      break;
+    case Arch::Qwen2:
+      // Qwen2 always has q/k/v biases (and none on o_proj); config.json does not say so.
+      c.attention_bias = true;
+      MX_CHECK(!f.opt_bool("use_sliding_window", false),
+               "config.json: use_sliding_window=true is not supported");
+      break;
+    case Arch::Qwen3:
+      c.attention_bias = f.opt_bool("attention_bias", false);
+      c.qk_norm = true;
+      MX_CHECK(!f.opt_bool("use_sliding_window", false),
+               "config.json: use_sliding_window=true is not supported");
+      break;
+    case Arch::Glm4Moe:
+      // transformers configuration_glm4_moe.py defaults where a field is absent.
+      c.attention_bias = f.opt_bool("attention_bias", false);
+      c.qk_norm = f.opt_bool("use_qk_norm", false);
+      c.partial_rotary_factor = f.opt_float("partial_rotary_factor", 0.5f);
+      m.n_routed_experts = f.req_int("n_routed_experts");
+      m.n_shared_experts = f.opt_int("n_shared_experts", 1);
+      m.num_experts_per_tok = f.req_int("num_experts_per_tok");
+      m.moe_intermediate_size = f.req_int("moe_intermediate_size");
+      m.sigmoid_router = true;
+      m.n_group = f.opt_int("n_group", 1);
+      m.topk_group = f.opt_int("topk_group", 1);
+      m.norm_topk_prob = f.opt_bool("norm_topk_prob", true);
+      m.routed_scaling_factor = f.opt_float("routed_scaling_factor", 1.0f);
+      m.first_k_dense_replace = f.opt_int("first_k_dense_replace", 1);
+      c.num_nextn_predict_layers = f.opt_int("num_nextn_predict_layers", 0);
+      break;
+    case Arch::DeepseekV3: {
+      // transformers configuration_deepseek_v3.py / modeling_deepseek_v3.py.
+      c.mla = true;
+      MlaConfig& a = c.mla_cfg;
+      a.q_lora_rank = f.opt_int("q_lora_rank", 0);
+      a.kv_lora_rank = f.req_int("kv_lora_rank");
+      a.qk_nope_head_dim = f.req_int("qk_nope_head_dim");
+      a.qk_rope_head_dim = f.req_int("qk_rope_head_dim");
+      a.v_head_dim = f.req_int("v_head_dim");
+      c.head_dim = a.qk_rope_head_dim;  // as transformers sets it: RoPE sizing only
+      MX_CHECK(!f.opt_bool("attention_bias", false),
+               "config.json: attention_bias=true is not supported for DeepseekV3");
+      MX_CHECK(f.opt_bool("rope_interleave", true),
+               "config.json: rope_interleave=false is not supported for DeepseekV3");
+      std::string scoring = f.opt_str("scoring_func", "sigmoid");
+      MX_CHECK(scoring == "sigmoid", "config.json: scoring_func '{}' is not supported (sigmoid)", scoring);
+      std::string topk = f.opt_str("topk_method", "noaux_tc");
+      MX_CHECK(topk == "noaux_tc", "config.json: topk_method '{}' is not supported (noaux_tc)", topk);
+      MX_CHECK(f.opt_int("moe_layer_freq", 1) == 1, "config.json: moe_layer_freq != 1 is not supported");
+      m.n_routed_experts = f.req_int("n_routed_experts");
+      m.n_shared_experts = f.opt_int("n_shared_experts", 1);
+      m.num_experts_per_tok = f.req_int("num_experts_per_tok");
+      m.moe_intermediate_size = f.req_int("moe_intermediate_size");
+      m.sigmoid_router = true;
+      m.n_group = f.opt_int("n_group", 8);
+      m.topk_group = f.opt_int("topk_group", 4);
+      m.norm_topk_prob = f.opt_bool("norm_topk_prob", true);
+      m.routed_scaling_factor = f.opt_float("routed_scaling_factor", 2.5f);
+      m.first_k_dense_replace = f.opt_int("first_k_dense_replace", 3);
+      c.num_nextn_predict_layers = f.opt_int("num_nextn_predict_layers", 0);
+      break;
+    }
+    case Arch::Qwen3Moe:
+      // transformers configuration_qwen3_moe.py.
+      c.attention_bias = f.opt_bool("attention_bias", false);
+      c.qk_norm = true;
+      MX_CHECK(!f.opt_bool("use_sliding_window", false),
+               "config.json: use_sliding_window=true is not supported");
+      m.n_routed_experts = f.req_int("num_experts");
+      m.num_experts_per_tok = f.req_int("num_experts_per_tok");
+      m.moe_intermediate_size = f.req_int("moe_intermediate_size");
+      m.norm_topk_prob = f.opt_bool("norm_topk_prob", false);
+      m.decoder_sparse_step = f.opt_int("decoder_sparse_step", 1);
+      m.mlp_only_layers = f.opt_int_list("mlp_only_layers");
+      break;
+  }
+
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const json& r = j["rope_scaling"];
+    MX_CHECK(r.is_object(), "config.json: rope_scaling must be an object or null");
+    std::string type = r.value("rope_type", r.value("type", std::string("default")));
+    Fields rf(r);
+    RopeScaling& s = c.rope_scaling;
+    s.type = type;
+    if (type == "default") {
+    } else if (type == "linear") {
+      s.factor = rf.opt_float("factor", 1.0f);
+    } else if (type == "llama3") {
+      s.factor = rf.opt_float("factor", 8.0f);
+      s.low_freq_factor = rf.opt_float("low_freq_factor", 1.0f);
+      s.high_freq_factor = rf.opt_float("high_freq_factor", 4.0f);
+      s.original_max_position_embeddings = rf.req_int("original_max_position_embeddings");
+    } else if (type == "yarn" || type == "deepseek_yarn") {
+      s.type = "yarn";
+      s.factor = rf.opt_float("factor", 1.0f);
+      s.original_max_position_embeddings = rf.req_int("original_max_position_embeddings");
+      s.beta_fast = rf.opt_float("beta_fast", 32.0f);
+      s.beta_slow = rf.opt_float("beta_slow", 1.0f);
+      s.mscale = rf.opt_float("mscale", 0.0f);
+      s.mscale_all_dim = rf.opt_float("mscale_all_dim", 0.0f);
+      s.attention_factor = rf.opt_float("attention_factor", 0.0f);
+      MX_CHECK(!r.contains("truncate") || r["truncate"].is_null() || r["truncate"] == true,
+               "config.json: rope_scaling.truncate=false is not supported");
+    } else {
+      fail("config.json: rope_scaling type '{}' is not supported (default, linear, llama3, yarn)",
+           type);
+    }
+  }
+  c.validate();
+  return c;
+}
+
+void ModelConfig::validate() const {
+  auto pos = [](int v, const char* n) { MX_CHECK(v > 0, "config: {} must be positive, got {}", n, v); };
+  pos(hidden_size, "hidden_size");
+  pos(intermediate_size, "intermediate_size");
+  pos(num_hidden_layers, "num_hidden_layers");
+  pos(num_attention_heads, "num_attention_heads");
+  pos(num_key_value_heads, "num_key_value_heads");
+  pos(head_dim, "head_dim");
+  pos(vocab_size, "vocab_size");
+  pos(max_position_embeddings, "max_position_embeddings");
+  MX_CHECK(num_attention_heads % num_key_value_heads == 0,
+           "config: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+           num_attention_heads, num_key_value_heads);
+  MX_CHECK(head_dim % 2 == 0, "config: head_dim {} must be even for RoPE", head_dim);
+  MX_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps), "config: rms_norm_eps must be positive");
+  MX_CHECK(rope_theta > 0 && std::isfinite(rope_theta), "config: rope_theta must be positive");
+  MX_CHECK(rope_scaling.factor > 0, "config: rope_scaling.factor must be positive");
+  MX_CHECK(partial_rotary_factor > 0 && partial_rotary_factor <= 1,
+           "config: partial_rotary_factor must be in (0, 1]");
+  MX_CHECK(rotary_dim() % 2 == 0 && rotary_dim() > 0, "config: rotary dim {} must be even",
+           rotary_dim());
+  MX_CHECK(num_nextn_predict_layers >= 0 && num_nextn_predict_layers <= 8,
+           "config: num_nextn_predict_layers {} out of range", num_nextn_predict_layers);
+  if (moe.n_routed_experts > 0) {
+    const MoeConfig& m = moe;
+    MX_CHECK(m.num_experts_per_tok > 0 && m.num_experts_per_tok <= m.n_routed_experts,
+             "config: num_experts_per_tok {} must be in [1, {}]", m.num_experts_per_tok,
+             m.n_routed_experts);
+    MX_CHECK(m.moe_intermediate_size > 0, "config: moe_intermediate_size must be positive");
+    MX_CHECK(m.n_group > 0 && m.n_routed_experts % m.n_group == 0,
+             "config: n_routed_experts {} is not a multiple of n_group {}", m.n_routed_experts,
+             m.n_group);
+    MX_CHECK(m.topk_group > 0 && m.topk_group <= m.n_group, "config: topk_group {} must be in [1, {}]",
+             m.topk_group, m.n_group);
+    MX_CHECK(m.num_experts_per_tok <= m.topk_group * (m.n_routed_experts / m.n_group),
+             "config: num_experts_per_tok {} exceeds the experts of topk_group groups",
+             m.num_experts_per_tok);
+    MX_CHECK(m.decoder_sparse_step > 0, "config: decoder_sparse_step must be positive");
+    MX_CHECK(m.n_shared_experts >= 0, "config: n_shared_experts must be non-negative");
+  }
+  if (mla) {
+    const MlaConfig& a = mla_cfg;
+    MX_CHECK(a.kv_lora_rank > 0 && a.qk_nope_head_dim > 0 && a.qk_rope_head_dim > 0 && a.v_head_dim > 0,
+             "config: MLA dims must be positive");
+  }
+}
+
+bool ModelConfig::is_moe_layer(int layer) const {
+  if (moe.n_routed_experts == 0) return false;
+  if (arch == Arch::Qwen3Moe) {
+    for (int l : moe.mlp_only_layers)
+      if (l == layer) return false;
+    return (layer + 1) % moe.decoder_sparse_step == 0;
+  }
+  return layer >= moe.first_k_dense_replace;
+}
+
+int ModelConfig::rotary_dim() const {
+  if (mla) return mla_cfg.qk_rope_head_dim;
+  return int(head_dim * partial_rotary_factor);
+}
+
+namespace {
+// transformers get_mscale / yarn_get_mscale
+double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; }
+}  // namespace
+
+float attention_scale(const ModelConfig& c) {
+  const int qk = c.mla ? c.mla_cfg.qk_nope_head_dim + c.mla_cfg.qk_rope_head_dim : c.head_dim;
+  double s = 1.0 / std::sqrt(double(qk));
+  // modeling_deepseek_v3.py: with yarn and mscale_all_dim, softmax scale *= mscale^2.
+  if (c.mla && c.rope_scaling.type == "yarn" && c.rope_scaling.mscale_all_dim != 0) {
+    double m = yarn_mscale(c.rope_scaling.factor, c.rope_scaling.mscale_all_dim);
+    s *= m * m;
+  }
+  return float(s);
+}
+
+float rope_attention_factor(const ModelConfig& c) {
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type != "yarn") return 1.0f;
+  if (s.attention_factor != 0) return s.attention_factor;
+  if (s.mscale != 0 && s.mscale_all_dim != 0)
+    return float(yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim));
+  return float(yarn_mscale(s.factor, 1.0));
+}
+
+ModelConfig load_hf_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot open {}", path);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON: {}", path, e.what());
+  }
+  try {
+    return parse_hf_config(j);
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& c, int rotary_dim) {
+  std::vector<float> inv(rotary_dim / 2);
+  for (int i = 0; i < rotary_dim / 2; ++i)
+    inv[i] = float(1.0 / std::pow(double(c.rope_theta), double(2 * i) / rotary_dim));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == "linear") {
+    for (auto& f : inv) f /= s.factor;
+  } else if (s.type == "llama3") {
+    // transformers _compute_llama3_parameters
+    const double old_ctx = s.original_max_position_embeddings;
+    const double low_wl = old_ctx / s.low_freq_factor, high_wl = old_ctx / s.high_freq_factor;
+    for (auto& f : inv) {
+      double wl = 2 * M_PI / f;
+      if (wl > low_wl) {
+        f = float(f / s.factor);
+      } else if (wl >= high_wl) {
+        double smooth = (old_ctx / wl - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = float((1 - smooth) * f / s.factor + smooth * f);
+      }
+    }
+  } else if (s.type == "yarn") {
+    // transformers _compute_yarn_parameters (truncate=True).
+    const double base = c.rope_theta, dim = rotary_dim, lorig = s.original_max_position_embeddings;
+    auto corr_dim = [&](double n) { return dim * std::log(lorig / (n * 2 * M_PI)) / (2 * std::log(base)); };
+    double low = std::max(std::floor(corr_dim(s.beta_fast)), 0.0);
+    double high = std::min(std::ceil(corr_dim(s.beta_slow)), dim - 1);
+    if (low == high) high += 0.001;
+    for (int i = 0; i < rotary_dim / 2; ++i) {
+      double extrap = 1.0 / std::pow(base, 2.0 * i / dim), interp = extrap / s.factor;
+      double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+      double mask = 1.0 - ramp;  // extrapolation factor 1
+      inv[i] = float(interp * (1 - mask) + extrap * mask);
+    }
+  }
+  return inv;
+}
+
+}  // namespace mx

@@ -1,0 +1,93 @@
+#pragma once
+// The decoder stack every family shares: embed -> N x [pre-norm attention,
+// pre-norm feed-forward, residuals] -> final norm -> lm_head, plus optional MTP
+// layers (DeepSeek-V3 / GLM-4.5 nextn). Family files (llama.cpp, glm4_moe.cpp,
+// deepseek_v3.cpp, qwen3_moe.cpp) bind the weights and choose the blocks; this
+// file runs them.
+#include <memory>
+#include <vector>
+
+#include "models/blocks.h"
+
+namespace mx {
+
+struct DecoderLayer {
+  Tensor attn_norm, mlp_norm;
+  std::unique_ptr<Attention> attn;
+  std::unique_ptr<FeedForward> ffn;
+};
+
+// One MTP layer: x = eh_proj([enorm(embed(tok)), hnorm(prev_hidden)]), a full
+// decoder layer, then shared_head.norm and shared_head.head.
+struct MtpLayer {
+  Tensor enorm, hnorm, eh_proj, head_norm, embed, head;
+  DecoderLayer block;
+};
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(const ModelConfig& c, std::shared_ptr<TensorStore> store)
+      : cfg_(c), store_(std::move(store)) {}
+
+  // Filled by the family builder, then finish() is called once.
+  Tensor embed, final_norm, lm_head;
+  std::vector<DecoderLayer> layers;
+  std::vector<MtpLayer> mtp;
+  void finish(WeightBinder& wb, const LoadOptions& opts);
+
+  const ModelConfig& config() const override { return cfg_; }
+  KVLayout kv_layout() const override;
+  void forward(const Batch& batch, KVPool& kv, float* logits, float* hidden) override;
+  int num_mtp_layers() const override { return int(mtp.size()); }
+  void forward_mtp(int i, const Batch& batch, KVPool& kv, const float* prev_hidden, float* logits,
+                   float* hidden_out) override;
+  const std::vector<BoundParam>& weight_map() const override { return bound_; }
+  int64_t parameter_count() const override { return n_params_; }
+  size_t bytes_per_token() const override;
+  size_t weight_bytes() const override { return weight_bytes_; }
+
+  const TensorStore& store() const { return *store_; }
+
+ private:
+  int check_batch(const Batch& batch, KVPool& kv) const;  // returns max context
+  ForwardCtx begin(const Batch& batch, KVPool& kv);
+  void run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn,
+                 float* tmp);
+  void embed_rows(const Tensor& table, const Batch& batch, float* x) const;
+  void reserve(int T, int max_ctx);
+
+  ModelConfig cfg_;
+  std::shared_ptr<TensorStore> store_;
+  std::vector<BoundParam> bound_;
+  int64_t n_params_ = 0;
+  size_t weight_bytes_ = 0;
+  Arena arena_;
+};
+
+// model.embed_tokens, model.norm and lm_head (or the tied embedding).
+void bind_embed_and_head(WeightBinder& wb, const ModelConfig& c, DecoderModel& m);
+
+// Binds a pre-norm decoder layer's two norms (input_layernorm,
+// post_attention_layernorm) under prefix "model.layers.{i}".
+void bind_layer_norms(WeightBinder& wb, const std::string& prefix, const ModelConfig& c,
+                      DecoderLayer& L);
+
+// A whole decoder layer at model.layers.{index}: norms, attention (MLA when the
+// config says so, else GQA) and feed-forward (MoE where config.is_moe_layer,
+// else a dense SwiGLU MLP of intermediate_size).
+void bind_decoder_layer(WeightBinder& wb, const ModelConfig& c, int index, DecoderLayer& L);
+
+// The main stack and MTP layers of an MoE family (GLM-4.5, DeepSeek-V3,
+// Qwen3-MoE): embed, num_hidden_layers decoder layers, norm, lm_head, then
+// num_nextn_predict_layers MTP layers at model.layers.{num_hidden_layers + i}.
+std::unique_ptr<Model> build_decoder(const ModelConfig& c, std::shared_ptr<TensorStore> store,
+                                     const LoadOptions& opts);
+
+// Binds the MTP-specific tensors of layer `prefix` (enorm, hnorm, eh_proj,
+// shared_head.norm, and embed_tokens / shared_head.head when the checkpoint
+// stores them: GLM-4.5 and DeepSeek-V3 do, GLM-4.6 does not and shares the main
+// model's; docs/architectures.md 1.3).
+void bind_mtp_head(WeightBinder& wb, const std::string& prefix, const ModelConfig& c,
+                   const DecoderModel& m, MtpLayer& mtp);
+
+}  // namespace mx

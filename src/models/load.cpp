@@ -1,0 +1,58 @@
+// Format detection and architecture dispatch for load_model().
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/llama2c.h"
+#include "io/safetensors.h"
+#include "models/families.h"
+#include "models/model.h"
+
+namespace fs = std::filesystem;
+
+namespace mx {
+
+void Batch::add(SeqKV* kv, const int32_t* toks, int n, int start_pos, bool want_logits) {
+  seqs.push_back({n, start_pos, kv});
+  tokens.insert(tokens.end(), toks, toks + n);
+  if (want_logits) logit_rows.push_back(int32_t(tokens.size()) - 1);
+}
+
+namespace {
+std::unique_ptr<Model> build(const ModelConfig& c, std::shared_ptr<TensorStore> store,
+                             const LoadOptions& opts) {
+  switch (c.arch) {
+    case Arch::Llama:
+    case Arch::Qwen2:
+    case Arch::Qwen3: return build_llama(c, std::move(store), opts);
+    case Arch::Glm4Moe: return build_glm4_moe(c, std::move(store), opts);
+    case Arch::DeepseekV3: return build_deepseek_v3(c, std::move(store), opts);
+    case Arch::Qwen3Moe: return build_qwen3_moe(c, std::move(store), opts);
+  }
+  fail("no model implementation for {}", c.architecture);
+}
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
+  if (!fs::exists(path)) fail("model path {} does not exist", path);
+  if (fs::is_directory(path)) {
+    fs::path cfg = fs::path(path) / "config.json";
+    if (!fs::exists(cfg)) fail("{} has no config.json", path);
+    ModelConfig c = load_hf_config(cfg.string());
+    auto store = std::make_shared<TensorStore>(load_safetensors(path));
+    try {
+      return build(c, store, opts);
+    } catch (const Error& e) {
+      fail("{}: {}", path, e.what());
+    }
+  }
+  if (path.size() > 12 && path.substr(path.size() - 12) == ".safetensors")
+    fail("{}: a bare .safetensors file has no config; pass the model directory", path);
+  if ((path.size() > 4 && path.substr(path.size() - 4) == ".bin") || looks_like_llama2c(path)) {
+    ImportedModel m = import_llama2c(path);
+    auto store = std::make_shared<TensorStore>(std::move(m.tensors));
+    return build(m.config, store, opts);
+  }
+  fail("{}: not a model directory (config.json + safetensors) nor a llama2.c checkpoint", path);
+}
+
+}  // namespace mx

@@ -1,0 +1,74 @@
+#pragma once
+// The interface every architecture implements. A forward runs a batch of new
+// tokens from any number of sequences (prefill chunks and decode steps mixed,
+// as continuous batching needs), appends their K/V to each sequence's paged
+// cache, and returns logits for the tokens the caller asks for.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "io/model_config.h"
+#include "models/weight_binder.h"
+
+namespace mx {
+
+struct BatchSeq {
+  int n_tokens = 0;   // new tokens of this sequence in the batch (consecutive in Batch::tokens)
+  int start_pos = 0;  // position of the first of them; K/V of [0, start_pos) are in kv
+  SeqKV* kv = nullptr;
+};
+
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<BatchSeq> seqs;
+  std::vector<int32_t> logit_rows;  // indices into tokens whose logits are returned, in order
+  void clear() {
+    tokens.clear();
+    seqs.clear();
+    logit_rows.clear();
+  }
+  // Appends a sequence's chunk; if want_logits, its last token's logits are returned.
+  void add(SeqKV* kv, const int32_t* toks, int n, int start_pos, bool want_logits);
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // KV slots per layer; the MTP layers are layers num_hidden_layers + i of the same pool.
+  virtual KVLayout kv_layout() const = 0;
+  // Every sequence's kv must already have blocks for positions < start_pos + n_tokens
+  // (SeqKV::reserve); forward writes them and sets kv->n_tokens.
+  // logits: [batch.logit_rows.size(), vocab_size] f32.
+  // hidden (optional): [T, hidden_size], every batch token's last hidden state
+  // after the final norm: what the MTP layer consumes (vLLM and sglang pass it so).
+  virtual void forward(const Batch& batch, KVPool& kv, float* logits, float* hidden = nullptr) = 0;
+
+  // MTP ("nextn") layers the checkpoint carries (0 for most models).
+  virtual int num_mtp_layers() const { return 0; }
+  // MTP layer i: batch token at position t is x_{t+1}, prev_hidden[t] the target's
+  // hidden state at t; returns logits predicting x_{t+2} for the logit rows, and
+  // optionally the layer's own output hidden [T, hidden_size] (for chaining).
+  // Writes the MTP layer's own KV (layer num_hidden_layers + i) at positions t.
+  virtual void forward_mtp(int i, const Batch& batch, KVPool& kv, const float* prev_hidden,
+                           float* logits, float* hidden_out = nullptr);
+
+  // Checkpoint name -> parameter -> dtype/shape for every tensor (mxserve inspect).
+  virtual const std::vector<BoundParam>& weight_map() const = 0;
+  virtual int64_t parameter_count() const = 0;
+  // Weight bytes one decoded token reads (MoE: only the selected experts), and
+  // all weight bytes the main model holds.
+  virtual size_t bytes_per_token() const = 0;
+  virtual size_t weight_bytes() const = 0;
+};
+
+struct LoadOptions {
+  int max_batch_tokens = 512;  // largest batch the activation arena is sized for up front
+};
+
+// Loads a model from an HF directory (config.json + safetensors) or a
+// llama2.c .bin file.
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts = {});
+
+}  // namespace mx

@@ -1,0 +1,43 @@
+#pragma once
+// Mixture-of-experts feed-forward: a router picks num_experts_per_tok experts
+// per token; only those experts' weights are read. Two router families
+// (docs/architectures.md 1.4, 2.6, 3.3):
+//   sigmoid (DeepSeek-V3, GLM-4.5): s = sigmoid(x W_r^T) in fp32; choice by
+//     s + e_score_correction_bias with grouped top-k (top topk_group of n_group
+//     groups, a group scored by the sum of its two best biased scores, the
+//     others masked to -inf as the DeepSeek reference and vLLM do); weights =
+//     unbiased s of the chosen, optionally renormalised, times
+//     routed_scaling_factor; shared experts always added with weight 1.
+//   softmax (Qwen3-MoE): p = softmax(x W_r^T) in fp32, top-k, optional renormalise.
+// Execution: tokens are grouped by expert, each active expert runs one GEMM
+// over its tokens; each token's expert outputs are combined in ascending expert
+// order, so the result does not depend on what else is in the batch.
+#include <memory>
+#include <vector>
+
+#include "models/blocks.h"
+
+namespace mx {
+
+class MoeBlock final : public FeedForward {
+ public:
+  static constexpr int kMaxExperts = 1024;
+  // prefix: "model.layers.{i}.mlp"
+  MoeBlock(WeightBinder& wb, const std::string& prefix, const ModelConfig& c);
+  void forward(ForwardCtx& ctx, const float* x, float* out) const override;
+  size_t scratch_bytes(int T) const override;
+  size_t bytes_per_token() const override;
+
+  // Routing of one token from its router logits: writes k expert ids (ascending)
+  // and their weights. Public for tests.
+  void route(const float* logits, int32_t* idx, float* w) const;
+
+ private:
+  MoeConfig m_;
+  int dim_;
+  Tensor router_, bias_;
+  std::vector<std::unique_ptr<SwigluMlp>> experts_;
+  std::unique_ptr<SwigluMlp> shared_;
+};
+
+}  // namespace mx

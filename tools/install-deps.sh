@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mxserve builds and tests with (Debian 12).
+# Skips apt entirely when everything is already there.
+set -euo pipefail
+PKGS=(g++ cmake ninja-build pkg-config
+      libfmt-dev nlohmann-json3-dev libcli11-dev
+      libgtest-dev libgmock-dev libbenchmark-dev
+      python3-numpy python3-torch)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing: ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
