@@ -4,9 +4,11 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(MX_SAMPLING_NO_SIMD)
+#define MX_SAMPLING_SSE2 1
 #include <emmintrin.h>
 #endif
 
@@ -20,6 +22,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kGreedyTemperature = 1e-5f;  // below this: greedy (vLLM's _SAMPLING_EPS)
 constexpr size_t kBlock = 256;               // dense mode: tokens per partial sum
 constexpr int kHeapTopK = 256;               // top-k up to this uses a bounded heap
+constexpr size_t kProbe = 1024;              // larger top-k: logits sampled for a cut-off
 
 // exp((z - m) * inv_t) for z <= m: Cephes expf (Cody-Waite reduction + degree-6
 // polynomial, ~1 ulp), exactly 1 at z = m, 0 below e^-87 (~1.6e-38, negligible next to
@@ -54,7 +57,7 @@ inline float exp_shifted(float z, float m, float inv_t) {
 
 void exp_all(const float* z, float* e, int64_t n, float m, float inv_t) {
   int64_t i = 0;
-#if defined(__SSE2__)
+#if defined(MX_SAMPLING_SSE2)
   const __m128 vm = _mm_set1_ps(m), vt = _mm_set1_ps(inv_t), lo = _mm_set1_ps(kExpLo);
   for (; i + 4 <= n; i += 4) {
     const __m128 d = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(z + i), vm), vt);
@@ -95,14 +98,30 @@ float max_value(const float* x, int64_t n) {
   return m;
 }
 
-// Sum in a fixed order (8 double lanes, then the tail), so it is the same everywhere.
+// Sum in a fixed order: lane j of 8 double accumulators takes elements i = j (mod 8),
+// lanes are added 0..7, then the tail. The SSE2 path computes exactly the same sums.
 double sum_floats(const float* e, size_t n) {
   constexpr size_t L = 8;
   double acc[L] = {};
   size_t i = 0;
+#if defined(MX_SAMPLING_SSE2)
+  __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + L <= n; i += L) {
+    const __m128 lo = _mm_loadu_ps(e + i), hi = _mm_loadu_ps(e + i + 4);
+    a0 = _mm_add_pd(a0, _mm_cvtps_pd(lo));
+    a1 = _mm_add_pd(a1, _mm_cvtps_pd(_mm_movehl_ps(lo, lo)));
+    a2 = _mm_add_pd(a2, _mm_cvtps_pd(hi));
+    a3 = _mm_add_pd(a3, _mm_cvtps_pd(_mm_movehl_ps(hi, hi)));
+  }
+  _mm_storeu_pd(acc + 0, a0);
+  _mm_storeu_pd(acc + 2, a1);
+  _mm_storeu_pd(acc + 4, a2);
+  _mm_storeu_pd(acc + 6, a3);
+#else
   for (; i + L <= n; i += L) {
     for (size_t j = 0; j < L; ++j) acc[j] += e[i + j];
   }
+#endif
   double s = 0;
   for (double a : acc) s += a;
   for (; i < n; ++i) s += e[i];
@@ -132,11 +151,13 @@ size_t select_prefix(Cand* c, size_t n, double target, Weight weight) {
     const Cand pv = c[hi - 1];
     size_t i = lo;
     double w = 0;
-    for (size_t j = lo; j + 1 < hi; ++j) {
-      if (better(c[j], pv)) {
-        w += weight(c[j]);
-        std::swap(c[i++], c[j]);
-      }
+    for (size_t j = lo; j + 1 < hi; ++j) {  // branch-free Lomuto
+      const Cand x = c[j];
+      const bool b = (x.z > pv.z) | ((x.z == pv.z) & (x.id < pv.id));
+      w += weight(x) * static_cast<double>(b);
+      c[j] = c[i];
+      c[i] = x;
+      i += b;
     }
     std::swap(c[i], c[hi - 1]);
     if (w >= need) {
@@ -260,6 +281,7 @@ Sampler::Sampler(const SamplingParams& params, int64_t vocab_size)
                           params_.top_p < 1.0f || params_.min_p > 0.0f;
     if (filtered) {
       cand_.resize(v);
+      if (params_.top_k > kHeapTopK && params_.top_k < vocab_size) probe_.resize(kProbe);
     } else {
       blocks_.resize((v + kBlock - 1) / kBlock);
     }
@@ -377,9 +399,33 @@ void Sampler::build(const float* z) {
       total = total_mass(nullptr);
       floor = std::max(floor, static_cast<float>(0.5 * (1.0 - p.top_p) * total / V));
     }
-    for (size_t i = 0; i < nv; ++i) {  // branch-free compaction
-      c[n] = {z[i], e[i], static_cast<int32_t>(i)};
-      n += e[i] >= floor;
+    // Large top-k: a cut-off logit from a strided sample of the vocabulary, chosen so
+    // that about 1.5 k tokens (comfortably >= k) are above it; checked below.
+    float cut = -kInf;
+    if (topk) {
+      const size_t stride = (nv + kProbe - 1) / kProbe;  // <= kProbe slots
+      size_t slots = 0, live = 0;
+      for (size_t i = 0; i < nv; i += stride, ++slots) {
+        if (e[i] >= floor) probe_[live++] = z[i];
+      }
+      const size_t rank = (3 * k * slots) / (2 * nv) + 8;  // 1-based rank in the sample
+      if (rank <= live) {
+        float* q = probe_.data();
+        std::nth_element(q, q + (rank - 1), q + live, std::greater<float>());
+        cut = q[rank - 1];  // the value is unique, whatever the algorithm
+      }
+    }
+    auto compact = [&] {
+      n = 0;
+      for (size_t i = 0; i < nv; ++i) {  // branch-free
+        c[n] = {z[i], e[i], static_cast<int32_t>(i)};
+        n += (e[i] >= floor) & (z[i] >= cut);
+      }
+    };
+    compact();
+    if (n < k && cut > -kInf) {  // the sample misled us: take every live token
+      cut = -kInf;
+      compact();
     }
     if (topk && n > k) {
       n = select_prefix(c, n, static_cast<double>(k), [](const Cand&) { return 1.0; });

@@ -101,6 +101,7 @@ class Sampler {
   std::vector<float> e_;         // exp((z - max) / T) per token, 0 for -inf / NaN
   std::vector<double> blocks_;   // dense mode: sums of e_ over blocks of 256 tokens
   std::vector<Cand> cand_;       // filtered mode: the final set is cand_[0, n_)
+  std::vector<float> probe_;     // large top-k: a strided sample of logits
   bool dense_ = false;           // no filter active: draw from e_ directly
   size_t n_ = 0;
   double mass_ = 0;              // total weight of the final set

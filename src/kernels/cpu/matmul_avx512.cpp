@@ -95,7 +95,10 @@ inline void gemv_tile(const Args& a, int64_t t, int64_t r0) {
   using T = typename L::T;
   constexpr int R = kGemvRows;
   constexpr int kStep = 64 / sizeof(T);        // elements per cache line
-  constexpr int kAhead = 1024 / sizeof(T);     // prefetch distance: 1 KiB per row
+#ifndef PF_BYTES
+#define PF_BYTES 1024
+#endif
+  constexpr int kAhead = PF_BYTES / sizeof(T);     // prefetch distance: 1 KiB per row
   const int64_t in = a.in;
   const T* w = static_cast<const T*>(a.w) + r0 * in;
   const float* x = a.x + t * in;
@@ -106,7 +109,7 @@ inline void gemv_tile(const Args& a, int64_t t, int64_t r0) {
   for (; i + kStep <= in; i += kStep) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(w + r * in + i + kAhead), _MM_HINT_T0);
+      if (PF_BYTES) _mm_prefetch(reinterpret_cast<const char*>(w + r * in + i + kAhead), _MM_HINT_T0);
 #pragma GCC unroll 2
     for (int c = 0; c < kStep; c += V) {
       const __m512 xv = _mm512_loadu_ps(x + i + c);
