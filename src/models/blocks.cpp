@@ -60,10 +60,10 @@ GqaAttention::GqaAttention(WeightBinder& wb, const std::string& prefix, const Mo
       norm_eps_(c.rms_norm_eps),
       scale_(attention_scale(c)) {
   const int qd = n_heads_ * head_dim_, kvd = n_kv_heads_ * head_dim_;
-  wq_ = wb.need(prefix + ".q_proj.weight", prefix + ".wq", {qd, dim_}, MX_FLOAT_WEIGHTS);
-  wk_ = wb.need(prefix + ".k_proj.weight", prefix + ".wk", {kvd, dim_}, MX_FLOAT_WEIGHTS);
-  wv_ = wb.need(prefix + ".v_proj.weight", prefix + ".wv", {kvd, dim_}, MX_FLOAT_WEIGHTS);
-  wo_ = wb.need(prefix + ".o_proj.weight", prefix + ".wo", {dim_, qd}, MX_FLOAT_WEIGHTS);
+  wq_ = wb.linear(prefix + ".q_proj", prefix + ".wq", qd, dim_);
+  wk_ = wb.linear(prefix + ".k_proj", prefix + ".wk", kvd, dim_);
+  wv_ = wb.linear(prefix + ".v_proj", prefix + ".wv", kvd, dim_);
+  wo_ = wb.linear(prefix + ".o_proj", prefix + ".wo", dim_, qd);
   if (c.attention_bias) {
     bq_ = wb.need(prefix + ".q_proj.bias", prefix + ".bq", {qd}, MX_FLOAT_WEIGHTS);
     bk_ = wb.need(prefix + ".k_proj.bias", prefix + ".bk", {kvd}, MX_FLOAT_WEIGHTS);
@@ -122,9 +122,9 @@ void GqaAttention::forward(ForwardCtx& ctx, int kv_layer, const float* x, float*
 }
 
 SwigluMlp::SwigluMlp(WeightBinder& wb, const std::string& prefix, int d, int h) : dim_(d), hidden_(h) {
-  gate_ = wb.need(prefix + ".gate_proj.weight", prefix + ".gate", {h, d}, MX_FLOAT_WEIGHTS);
-  up_ = wb.need(prefix + ".up_proj.weight", prefix + ".up", {h, d}, MX_FLOAT_WEIGHTS);
-  down_ = wb.need(prefix + ".down_proj.weight", prefix + ".down", {d, h}, MX_FLOAT_WEIGHTS);
+  gate_ = wb.linear(prefix + ".gate_proj", prefix + ".gate", h, d);
+  up_ = wb.linear(prefix + ".up_proj", prefix + ".up", h, d);
+  down_ = wb.linear(prefix + ".down_proj", prefix + ".down", d, h);
 }
 
 size_t SwigluMlp::bytes_per_token() const { return gate_.nbytes() + up_.nbytes() + down_.nbytes(); }

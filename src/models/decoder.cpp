@@ -23,7 +23,7 @@ void bind_mtp_head(WeightBinder& wb, const std::string& p, const ModelConfig& c,
   const int H = c.hidden_size, V = c.vocab_size;
   mtp.enorm = bind_norm(wb, p + ".enorm.weight", H);
   mtp.hnorm = bind_norm(wb, p + ".hnorm.weight", H);
-  mtp.eh_proj = wb.need(p + ".eh_proj.weight", p + ".eh_proj", {H, 2 * H}, MX_FLOAT_WEIGHTS);
+  mtp.eh_proj = wb.linear(p + ".eh_proj", p + ".eh_proj", H, 2 * H);
   mtp.head_norm = bind_norm(wb, p + ".shared_head.norm.weight", H);
   mtp.embed = wb.optional(p + ".embed_tokens.weight", p + ".embed_tokens", {V, H}, MX_FLOAT_WEIGHTS);
   if (mtp.embed.empty()) mtp.embed = m.embed;

@@ -24,7 +24,7 @@ void bind_embed_and_head(WeightBinder& wb, const ModelConfig& c, DecoderModel& m
     wb.optional("lm_head.weight", "lm_head (tied copy, unused)", {c.vocab_size, c.hidden_size},
                 MX_FLOAT_WEIGHTS);
   } else {
-    m.lm_head = wb.need("lm_head.weight", "lm_head", {c.vocab_size, c.hidden_size}, MX_FLOAT_WEIGHTS);
+    m.lm_head = wb.linear("lm_head", "lm_head", c.vocab_size, c.hidden_size);
   }
 }
 

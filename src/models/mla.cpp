@@ -20,16 +20,16 @@ MlaAttention::MlaAttention(WeightBinder& wb, const std::string& p, const ModelCo
       scale_(attention_scale(c)) {
   const int H = dim_, qd = n_heads_ * (P_ + R_);
   if (q_rank_ > 0) {
-    q_a_ = wb.need(p + ".q_a_proj.weight", p + ".q_a", {q_rank_, H}, MX_FLOAT_WEIGHTS);
+    q_a_ = wb.linear(p + ".q_a_proj", p + ".q_a", q_rank_, H);
     q_a_norm_ = bind_norm(wb, p + ".q_a_layernorm.weight", q_rank_);
-    q_b_ = wb.need(p + ".q_b_proj.weight", p + ".q_b", {qd, q_rank_}, MX_FLOAT_WEIGHTS);
+    q_b_ = wb.linear(p + ".q_b_proj", p + ".q_b", qd, q_rank_);
   } else {
-    q_proj_ = wb.need(p + ".q_proj.weight", p + ".q_proj", {qd, H}, MX_FLOAT_WEIGHTS);
+    q_proj_ = wb.linear(p + ".q_proj", p + ".q_proj", qd, H);
   }
-  kv_a_ = wb.need(p + ".kv_a_proj_with_mqa.weight", p + ".kv_a", {Lkv_ + R_, H}, MX_FLOAT_WEIGHTS);
+  kv_a_ = wb.linear(p + ".kv_a_proj_with_mqa", p + ".kv_a", Lkv_ + R_, H);
   kv_a_norm_ = bind_norm(wb, p + ".kv_a_layernorm.weight", Lkv_);
-  kv_b_ = wb.need(p + ".kv_b_proj.weight", p + ".kv_b", {n_heads_ * (P_ + Vd_), Lkv_}, MX_FLOAT_WEIGHTS);
-  o_proj_ = wb.need(p + ".o_proj.weight", p + ".o_proj", {H, n_heads_ * Vd_}, MX_FLOAT_WEIGHTS);
+  kv_b_ = wb.linear(p + ".kv_b_proj", p + ".kv_b", n_heads_ * (P_ + Vd_), Lkv_);
+  o_proj_ = wb.linear(p + ".o_proj", p + ".o_proj", H, n_heads_ * Vd_);
   rope_ = Rope(c, R_, R_, RopeStyle::Interleaved);
   if (kv_b_.empty()) return;  // binding failed; the binder reports it
   // Absorption weights. kv_b_proj rows of head h: [P rows of W_UK | Vd rows of W_UV].

@@ -15,7 +15,7 @@ MoeBlock::MoeBlock(WeightBinder& wb, const std::string& p, const ModelConfig& c)
   MX_CHECK(m_.n_routed_experts <= kMaxExperts, "{} experts: at most {} are supported",
            m_.n_routed_experts, kMaxExperts);
   const int E = m_.n_routed_experts, H = c.hidden_size, I = m_.moe_intermediate_size;
-  router_ = wb.need(p + ".gate.weight", p + ".router", {E, H}, MX_FLOAT_WEIGHTS);
+  router_ = wb.linear(p + ".gate", p + ".router", E, H);
   if (m_.sigmoid_router)
     bias_ = wb.need(p + ".gate.e_score_correction_bias", p + ".router_bias", {E}, MX_FLOAT_WEIGHTS);
   experts_.reserve(E);

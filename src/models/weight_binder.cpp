@@ -46,6 +46,11 @@ Tensor WeightBinder::need(const std::string& name, const std::string& param,
   return bind(name, param, std::move(shape), dtypes, true);
 }
 
+Tensor WeightBinder::linear(const std::string& prefix, const std::string& param, int64_t out,
+                            int64_t in) {
+  return bind(prefix + ".weight", param, {out, in}, {DType::F32, DType::BF16}, true);
+}
+
 Tensor WeightBinder::optional(const std::string& name, const std::string& param,
                               std::vector<int64_t> shape, std::initializer_list<DType> dtypes) {
   return bind(name, param, std::move(shape), dtypes, false);

@@ -31,6 +31,11 @@ class WeightBinder {
   // (the error is recorded; finish() throws).
   Tensor need(const std::string& name, const std::string& param, std::vector<int64_t> shape,
               std::initializer_list<DType> dtypes);
+  // The weight of a Linear layer, `prefix.weight` [out, in]. Every projection
+  // goes through here, so quantized checkpoints (which store a Linear as packed
+  // data plus block scales) are handled in one place.
+  Tensor linear(const std::string& prefix, const std::string& param, int64_t out, int64_t in);
+
   // A parameter that may be absent (e.g. lm_head with tied embeddings); when
   // present it must be right.
   Tensor optional(const std::string& name, const std::string& param, std::vector<int64_t> shape,
