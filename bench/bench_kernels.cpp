@@ -22,6 +22,11 @@ constexpr size_t kColdBytes = size_t(256) << 20;  // working set well beyond a 3
 
 ThreadPool& pool() { return global_pool(); }
 
+// A counter shown as x per second (x is per iteration).
+benchmark::Counter per_second(double x) {
+  return benchmark::Counter(x, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Fills a buffer with small pseudo-random values of the given dtype (cheap LCG:
 // initialising hundreds of MiB must not dominate the run).
 void fill(void* p, DType dt, int64_t n, uint32_t seed) {
@@ -66,7 +71,7 @@ void BM_Gemv(benchmark::State& st, DType dt, int64_t out, int64_t in) {
   }
   const double bytes = double(dtype_bytes(dt, out * in));
   st.SetBytesProcessed(int64_t(st.iterations() * bytes));
-  st.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GB/s"] = per_second(bytes / 1e9);
   st.SetLabel(std::string(isa_name(best_isa())) + ", " + std::to_string(p.w.size()) + " copies");
 }
 
@@ -79,7 +84,7 @@ void BM_Gemm(benchmark::State& st, DType dt, int64_t out, int64_t in) {
     benchmark::ClobberMemory();
   }
   const double flops = 2.0 * double(out) * double(in) * double(n);
-  st.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] = per_second(flops / 1e9);
   st.SetLabel(isa_name(best_isa()));
 }
 
@@ -129,7 +134,7 @@ Arrays& arrays() {
 
 void report(benchmark::State& st, double bytes_per_iter) {
   st.SetBytesProcessed(int64_t(st.iterations() * bytes_per_iter));
-  st.counters["GB/s"] = benchmark::Counter(bytes_per_iter / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GB/s"] = per_second(bytes_per_iter / 1e9);
 }
 
 // Read only: the access pattern of a GEMV. Integer sum so the loop vectorises.

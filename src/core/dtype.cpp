@@ -16,7 +16,7 @@ constexpr DTypeInfo kInfo[] = {
     {DType::F32, "F32", 32},    {DType::F16, "F16", 16}, {DType::BF16, "BF16", 16},
     {DType::F8_E4M3, "F8_E4M3", 8}, {DType::U8, "U8", 8},  {DType::I8, "I8", 8},
     {DType::I16, "I16", 16},    {DType::I32, "I32", 32}, {DType::I64, "I64", 64},
-    {DType::BOOL, "BOOL", 8},
+    {DType::BOOL, "BOOL", 8},   {DType::MXFP4, "MXFP4", 4},
 };
 }  // namespace
 
@@ -25,7 +25,7 @@ const char* dtype_name(DType t) { return kInfo[int(t)].name; }
 
 std::optional<DType> dtype_from_name(std::string_view s) {
   for (const auto& i : kInfo)
-    if (s == i.name) return i.t;
+    if (s == i.name && i.t != DType::MXFP4) return i.t;  // MXFP4 is stored as U8 + scales on disk
   return std::nullopt;
 }
 

@@ -1,8 +1,7 @@
 #pragma once
 // Element types of weights and activations, and scalar conversions between them.
-// MXFP4 and block-scaled FP8 are packed formats (sub-byte elements plus scales);
-// they get their own entries when the quant subsystem lands, which is why sizes
-// are expressed in bits.
+// MXFP4 is a packed format: 4-bit elements, with E8M0 block scales held beside
+// the data (Tensor::scales; quant/mxfp4.h), which is why sizes are in bits.
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -10,7 +9,7 @@
 
 namespace mx {
 
-enum class DType : uint8_t { F32, F16, BF16, F8_E4M3, U8, I8, I16, I32, I64, BOOL };
+enum class DType : uint8_t { F32, F16, BF16, F8_E4M3, U8, I8, I16, I32, I64, BOOL, MXFP4 };
 
 int dtype_bits(DType t);
 inline size_t dtype_bytes(DType t, int64_t n) { return size_t(n) * dtype_bits(t) / 8; }

@@ -17,6 +17,10 @@ struct Tensor {
   int ndim = 0;
   std::array<int64_t, 4> shape{1, 1, 1, 1};
   void* data = nullptr;
+  // Block scales of a quantized weight: for MXFP4 one E8M0 byte per 32 elements
+  // of each row ([rows, cols/32]); for block-scaled F8_E4M3 one f32 per 128x128
+  // block ([ceil(rows/128), ceil(cols/128)]). Null for plain tensors.
+  const void* scales = nullptr;
 
   Tensor() = default;
   Tensor(DType t, std::initializer_list<int64_t> dims, void* p);

@@ -1,11 +1,11 @@
 #pragma once
 // Token sampling: penalties -> temperature -> top-k -> top-p -> min-p -> draw.
 //
-// Determinism: the RNG (xoshiro256**, seeded through splitmix64) and the exp() used for
-// softmax are our own, and every ordering uses a total order (logit desc, id asc), so a
-// seed gives the same tokens whatever the standard library. (Targets that fuse a*b+c into
-// FMA may round a probability differently in the last bit; that can only change a draw
-// that lands within ~1e-7 of a bucket edge.)
+// Determinism: a seed gives the same tokens on every platform, compiler and library
+// version. The RNG (xoshiro256**, seeded through splitmix64) and the exp() of the softmax
+// are our own and use only IEEE + and * (sampling.cpp turns FMA contraction off; SIMD and
+// scalar paths give identical bits); orderings use a total order (logit desc, id asc) and
+// our own selection code, and every sum is taken in a fixed order. No std:: distribution.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -51,20 +51,24 @@ int32_t argmax(const float* x, int64_t n);
 int32_t sample_categorical(std::span<const float> weights, float u);
 
 // One Sampler per sequence. All scratch is allocated in the constructor: sample() and
-// probs() do not touch the heap.
+// probs() never touch the heap. Cost is a few linear passes over the vocabulary; top-k
+// uses a bounded heap (k <= 256) or a sampled cut-off plus quickselect, and top-p selects
+// only the nucleus (weighted quickselect) after dropping tokens it can never reach.
 //
-// Pipeline (vLLM's order), on a private copy of the logits:
+// Pipeline (vLLM's order); the caller's logits are never modified:
 //   1. repetition penalty (HF): for each distinct token in history, logit > 0 is
 //      divided by the penalty, logit < 0 multiplied;
 //   2. frequency / presence (OpenAI): logit -= count * frequency + (count > 0) * presence;
-//   3. temperature (greedy: argmax here, ties -> lowest id);
+//   3. temperature (greedy: argmax here, ties -> lowest id; the RNG is not used);
 //   4. top-k, 5. top-p (smallest set, by descending probability, whose mass >= top_p of
 //      the top-k renormalised mass; at least one token), 6. min-p (drop p < min_p * p_max),
-//   7. renormalise and draw.
+//   7. renormalise and draw with one Rng::uniform().
+// Ties in logit go to the lower id. A token more than 87 * T below the best logit
+// (probability < 1.6e-38 of the best) counts as probability 0.
 // `history` is what the penalties count: the caller decides whether it holds only the
-// generated tokens (OpenAI) or prompt + generated (HF repetition penalty). Every id in it
-// must be in [0, vocab_size). NaN logits are treated as -inf; if no token is left with a
-// finite logit, sample()/probs() throw mx::Error.
+// generated tokens (OpenAI) or prompt + generated (HF repetition penalty). When a penalty
+// is on, every id in it must be in [0, vocab_size) (else mx::Error). NaN logits are
+// treated as -inf; if no token has a logit above -inf, sample()/probs() throw mx::Error.
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params, int64_t vocab_size);

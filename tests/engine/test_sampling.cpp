@@ -364,6 +364,53 @@ TEST(Sampler, EmpiricalFrequenciesMatchProbs) {
   EXPECT_LT(chi2, 30.0) << "df=" << df;  // p ~ 1e-4 for df <= 8 (seed is fixed anyway)
 }
 
+TEST(Sampler, EmpiricalFrequenciesNoFilters) {
+  // No filter: the dense path (draws straight from the exp table, block by block).
+  const int64_t V = 600;
+  const auto logits = random_logits(V, 17, 1.0f);
+  std::vector<int32_t> bins(V);
+  for (int64_t i = 0; i < V; ++i) bins[i] = static_cast<int32_t>(i % 6);  // 6 groups
+  SamplingParams p;
+  p.temperature = 1.3f;
+  p.seed = 77;
+  Sampler s(p, V);
+  std::vector<float> pr(V);
+  s.probs(logits.data(), {}, pr.data());
+  double want[6] = {};
+  for (int64_t i = 0; i < V; ++i) want[bins[i]] += pr[i];
+  const int n = 120000;
+  int hits[6] = {};
+  std::vector<int> per_token(V, 0);
+  for (int i = 0; i < n; ++i) {
+    const int32_t t = s.sample(logits.data());
+    ++hits[bins[t]];
+    ++per_token[t];
+  }
+  double chi2 = 0;
+  for (int g = 0; g < 6; ++g) chi2 += (hits[g] - n * want[g]) * (hits[g] - n * want[g]) / (n * want[g]);
+  EXPECT_LT(chi2, 25.0);  // df = 5
+  // Every token is reachable, including those in the last (partial) block.
+  int reached = 0;
+  for (int c : per_token) reached += c > 0;
+  EXPECT_GT(reached, static_cast<int>(V) * 9 / 10);
+}
+
+TEST(Sampler, LargeTopKWhenTheProbeMisleads) {
+  // Every 4th logit (the strided probe's slots) is high: the sampled cut-off keeps too few
+  // tokens and the sampler must fall back to the whole vocabulary. Ties go to lower ids.
+  const int64_t V = 4096;
+  std::vector<float> logits(V);
+  for (int64_t i = 0; i < V; ++i) logits[i] = i % 4 == 0 ? 10.0f : 0.01f * static_cast<float>(i % 3);
+  for (int k : {300, 1500, 2000, 4000}) {
+    SamplingParams p;
+    p.top_k = k;
+    SCOPED_TRACE(k);
+    expect_matches_reference(logits, p);
+    p.top_p = 0.999f;
+    expect_matches_reference(logits, p);
+  }
+}
+
 TEST(Sampler, Penalties) {
   const std::vector<float> logits = {2.0f, -1.0f, 0.5f, 1.0f};
   const std::vector<int32_t> history = {0, 0, 1, 3};
@@ -458,6 +505,13 @@ TEST(Sampler, InfAndNaNLogits) {
   EXPECT_FLOAT_EQ(pr[1], 0.5f);
   EXPECT_EQ(pr[2], 0.0f);
   EXPECT_FLOAT_EQ(pr[3], 0.5f);
+
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    SamplingParams q;
+    q.seed = seed;
+    const int32_t t = Sampler(q, 4).sample(pinf.data());
+    ASSERT_TRUE(t == 1 || t == 3) << t;
+  }
 
   // Nothing finite left: an error, not a silent token 0.
   std::vector<float> dead = {-kInf, kNaN, -kInf};

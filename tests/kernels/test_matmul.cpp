@@ -44,8 +44,8 @@ ThreadPool& pool2() {
 struct Weights {
   DType dtype;
   int64_t out, in;
-  std::vector<float> f32;       // exact values (bf16-representable when dtype is BF16)
-  std::vector<uint16_t> bf16;   // storage when dtype is BF16
+  std::vector<float> f32;      // exact values (bf16-representable when dtype is BF16)
+  std::vector<uint16_t> bf16;  // storage when dtype is BF16
   Tensor tensor() {
     void* p = dtype == DType::F32 ? static_cast<void*>(f32.data()) : bf16.data();
     return Tensor(dtype, {out, in}, p);

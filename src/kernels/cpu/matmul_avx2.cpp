@@ -37,7 +37,7 @@ inline float hsum(__m256 v) {
 
 // y[t0 .. t0+TT, r0 .. r0+R): each output one accumulator, chunks in order.
 template <class L, int TT, int R>
-inline void tile(const Args& a, int64_t t0, int64_t r0) {
+inline void dot_tile(const Args& a, int64_t t0, int64_t r0) {
   using T = typename L::T;
   const int64_t in = a.in;
   const T* w = static_cast<const T*>(a.w) + r0 * in;
@@ -93,30 +93,23 @@ inline void tile(const Args& a, int64_t t0, int64_t r0) {
     for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
 }
 
+// Tile shapes and kernels for drive_rows (matmul_impl.h). Rows are split between
+// threads in multiples of 24 = lcm(gemv_rows, tile_rows). GEMV is the plain 1-token
+// tile (no software prefetch, unlike AVX-512: untuned, no AVX2-only machine at hand).
 template <class L>
-void rows(const Args& a, int64_t r0, int64_t r1) {
-  const int64_t n = a.n_tokens;
-  int64_t r = r0;
-  if (n < kTileTok) {
-    // Few tokens: stream each row block once; its rows stay in L1/L2 across tokens.
-    for (; r + kGemvRows <= r1; r += kGemvRows)
-      for (int64_t t = 0; t < n; ++t) tile<L, 1, kGemvRows>(a, t, r);
-  } else {
-    for (; r + kTileRows <= r1; r += kTileRows) {
-      int64_t t = 0;
-      for (; t + kTileTok <= n; t += kTileTok) tile<L, kTileTok, kTileRows>(a, t, r);
-      for (; t < n; ++t) tile<L, 1, kTileRows>(a, t, r);
-    }
+struct Avx2Tiles {
+  static constexpr int gemv_rows = kGemvRows, tile_tok = kTileTok, tile_rows = kTileRows;
+  static void gemv(const Args& a, int64_t t, int64_t r0) { dot_tile<L, 1, kGemvRows>(a, t, r0); }
+  template <int TT, int R>
+  static void tile(const Args& a, int64_t t0, int64_t r0) {
+    dot_tile<L, TT, R>(a, t0, r0);
   }
-  for (; r < r1; ++r) {
-    int64_t t = 0;
-    for (; t + kTileTok <= n; t += kTileTok) tile<L, kTileTok, 1>(a, t, r);
-    for (; t < n; ++t) tile<L, 1, 1>(a, t, r);
-  }
-}
+};
 
 }  // namespace
 
-Kernels avx2_kernels() { return {rows<F32W>, rows<Bf16W>, 24}; }  // 24 = lcm(8, 3)
+Kernels avx2_kernels() {
+  return {drive_rows<Avx2Tiles<F32W>>, drive_rows<Avx2Tiles<Bf16W>>, 24};
+}
 
 }  // namespace mx::matmul_detail
