@@ -89,20 +89,20 @@ float fp8e4m3_to_f32(uint8_t v) {
 
 uint8_t f32_to_fp8e4m3(float f) {
   if (std::isnan(f)) return 0x7f;
-  uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  float a = std::fabs(f);
-  if (a >= 448.0f) return sign | 0x7e;  // saturate
-  // Exhaustive nearest-even search over the 127 finite magnitudes: simple and exact.
-  uint8_t best = 0;
-  float best_err = INFINITY;
-  for (uint8_t c = 0; c < 0x7f; ++c) {
-    float err = std::fabs(fp8e4m3_to_f32(c) - a);
-    if (err < best_err || (err == best_err && !(c & 1))) {
-      best = c;
-      best_err = err;
-    }
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;  // saturate to the largest finite value
+  if (a < 0x1p-6f) {                    // subnormal range: multiples of 2^-9
+    const int m = int(std::nearbyint(a * 512.0f));  // ties to even (default rounding)
+    return sign | uint8_t(m);           // m == 8 is exactly the smallest normal, code 0x08
   }
-  return sign | best;
+  int e;
+  const float frac = std::frexp(a, &e);  // a = frac * 2^e, frac in [0.5, 1)
+  int m = int(std::nearbyint((frac * 2.0f - 1.0f) * 8.0f));
+  int exp = e - 1 + 7;
+  if (m == 8) m = 0, ++exp;
+  const int code = exp << 3 | m;
+  return sign | uint8_t(code > 0x7e ? 0x7e : code);
 }
 
 float load_as_f32(const void* data, DType t, int64_t i) {

@@ -22,6 +22,14 @@ int64_t Tensor::numel() const {
   return n;
 }
 
+size_t Tensor::storage_bytes() const {
+  size_t n = nbytes();
+  if (!scales || ndim != 2) return n;
+  if (dtype == DType::MXFP4) return n + size_t(shape[0]) * (shape[1] / 32);
+  if (dtype == DType::F8_E4M3) return n + size_t((shape[0] + 127) / 128) * ((shape[1] + 127) / 128) * 4;
+  return n;
+}
+
 std::string Tensor::shape_str() const {
   std::string s = "[";
   for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

@@ -30,6 +30,8 @@ struct Tensor {
   int64_t numel() const;
   size_t nbytes() const { return data ? dtype_bytes(dtype, numel()) : 0; }  // 0 for an empty view
   bool empty() const { return data == nullptr; }
+  // Bytes a kernel streams to read the whole tensor: data plus block scales.
+  size_t storage_bytes() const;
   std::vector<int64_t> dims() const { return {shape.begin(), shape.begin() + ndim}; }
   std::string shape_str() const;  // "[4096, 128]"
 

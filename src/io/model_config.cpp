@@ -242,6 +242,7 @@ ModelConfig parse_hf_config(const json& j) {
            type);
     }
   }
+  c.quant = parse_quant_config(j);
   c.validate();
   return c;
 }

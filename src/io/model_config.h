@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "quant/quant_config.h"
+
 namespace mx {
 
 enum class Arch { Llama, Qwen2, Qwen3, Glm4Moe, DeepseekV3, Qwen3Moe };
@@ -68,6 +70,7 @@ struct ModelConfig {
   bool mla = false;
   MlaConfig mla_cfg;
   int num_nextn_predict_layers = 0;  // MTP layers stored at model.layers.{num_hidden_layers + i}
+  QuantConfig quant;                 // quantization_config: which Linears are stored quantized
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
   std::string torch_dtype;

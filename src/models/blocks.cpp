@@ -83,7 +83,7 @@ size_t GqaAttention::scratch_bytes(int T, int max_ctx, int n_workers) const {
 
 size_t GqaAttention::bytes_per_token() const {
   size_t n = 0;
-  for (const Tensor* t : {&wq_, &wk_, &wv_, &wo_, &bq_, &bk_, &bv_, &q_norm_, &k_norm_}) n += t->nbytes();
+  for (const Tensor* t : {&wq_, &wk_, &wv_, &wo_, &bq_, &bk_, &bv_, &q_norm_, &k_norm_}) n += t->storage_bytes();
   return n;
 }
 
@@ -127,7 +127,7 @@ SwigluMlp::SwigluMlp(WeightBinder& wb, const std::string& prefix, int d, int h) 
   down_ = wb.linear(prefix + ".down_proj", prefix + ".down", d, h);
 }
 
-size_t SwigluMlp::bytes_per_token() const { return gate_.nbytes() + up_.nbytes() + down_.nbytes(); }
+size_t SwigluMlp::bytes_per_token() const { return gate_.storage_bytes() + up_.storage_bytes() + down_.storage_bytes(); }
 
 void SwigluMlp::forward_rows(ForwardCtx& ctx, const float* x, float* out, int T) const {
   const size_t mark = ctx.arena.mark();

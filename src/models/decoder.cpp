@@ -47,7 +47,7 @@ void bind_decoder_layer(WeightBinder& wb, const ModelConfig& c, int index, Decod
 std::unique_ptr<Model> build_decoder(const ModelConfig& c, std::shared_ptr<TensorStore> store,
                                      const LoadOptions& opts) {
   auto m = std::make_unique<DecoderModel>(c, store);
-  WeightBinder wb(*store);
+  WeightBinder wb(*store, c.quant);
   bind_embed_and_head(wb, c, *m);
   m->layers.resize(c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) bind_decoder_layer(wb, c, l, m->layers[l]);
@@ -73,15 +73,14 @@ void DecoderModel::finish(WeightBinder& wb, const LoadOptions& opts) {
   bound_ = wb.finish();
   for (const auto& b : bound_) {
     if (b.param.rfind("(", 0) == 0 || b.param.find("tied copy") != std::string::npos) continue;
-    const Tensor& t = store_->get(b.checkpoint_name);
-    n_params_ += t.numel();
-    weight_bytes_ += t.nbytes();
+    n_params_ += b.params;
+    weight_bytes_ += store_->get(b.checkpoint_name).nbytes();
   }
   reserve(opts.max_batch_tokens, std::min(cfg_.max_position_embeddings, 4096));
 }
 
 size_t DecoderModel::bytes_per_token() const {
-  size_t n = size_t(cfg_.hidden_size) * dtype_bits(embed.dtype) / 8 + final_norm.nbytes() + lm_head.nbytes();
+  size_t n = size_t(cfg_.hidden_size) * dtype_bits(embed.dtype) / 8 + final_norm.nbytes() + lm_head.storage_bytes();
   for (const auto& L : layers)
     n += L.attn_norm.nbytes() + L.mlp_norm.nbytes() + L.attn->bytes_per_token() + L.ffn->bytes_per_token();
   return n;

@@ -32,27 +32,39 @@ std::unique_ptr<Model> build(const ModelConfig& c, std::shared_ptr<TensorStore> 
 }
 }  // namespace
 
-std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
+Checkpoint load_checkpoint(const std::string& path) {
   if (!fs::exists(path)) fail("model path {} does not exist", path);
+  Checkpoint ck;
   if (fs::is_directory(path)) {
     fs::path cfg = fs::path(path) / "config.json";
     if (!fs::exists(cfg)) fail("{} has no config.json", path);
-    ModelConfig c = load_hf_config(cfg.string());
-    auto store = std::make_shared<TensorStore>(load_safetensors(path));
-    try {
-      return build(c, store, opts);
-    } catch (const Error& e) {
-      fail("{}: {}", path, e.what());
-    }
+    ck.config = load_hf_config(cfg.string());
+    ck.tensors = std::make_shared<TensorStore>(load_safetensors(path));
+    ck.hf_dir = path;
+    return ck;
   }
   if (path.size() > 12 && path.substr(path.size() - 12) == ".safetensors")
     fail("{}: a bare .safetensors file has no config; pass the model directory", path);
   if ((path.size() > 4 && path.substr(path.size() - 4) == ".bin") || looks_like_llama2c(path)) {
     ImportedModel m = import_llama2c(path);
-    auto store = std::make_shared<TensorStore>(std::move(m.tensors));
-    return build(m.config, store, opts);
+    ck.config = m.config;
+    ck.tensors = std::make_shared<TensorStore>(std::move(m.tensors));
+    return ck;
   }
   fail("{}: not a model directory (config.json + safetensors) nor a llama2.c checkpoint", path);
+}
+
+std::unique_ptr<Model> build_model(const Checkpoint& ck, const LoadOptions& opts) {
+  try {
+    return build(ck.config, ck.tensors, opts);
+  } catch (const Error& e) {
+    if (ck.hf_dir.empty()) throw;
+    fail("{}: {}", ck.hf_dir, e.what());
+  }
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
+  return build_model(load_checkpoint(path), opts);
 }
 
 }  // namespace mx

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "quant/dequantize.h"
 
 namespace mx {
 
@@ -32,6 +33,12 @@ MlaAttention::MlaAttention(WeightBinder& wb, const std::string& p, const ModelCo
   o_proj_ = wb.linear(p + ".o_proj", p + ".o_proj", H, n_heads_ * Vd_);
   rope_ = Rope(c, R_, R_, RopeStyle::Interleaved);
   if (kv_b_.empty()) return;  // binding failed; the binder reports it
+  if (kv_b_.dtype == DType::MXFP4 || kv_b_.dtype == DType::F8_E4M3) {
+    // The absorbed form splits kv_b_proj per head: work on plain values, as
+    // vLLM and sglang dequantize it first (docs/architectures.md 5.4).
+    kv_b_plain_ = dequantize_f32(kv_b_);
+    kv_b_ = kv_b_plain_.t;
+  }
   // Absorption weights. kv_b_proj rows of head h: [P rows of W_UK | Vd rows of W_UV].
   const size_t esz = dtype_bits(kv_b_.dtype) / 8;
   for (int h = 0; h < n_heads_; ++h) {
@@ -50,7 +57,7 @@ MlaAttention::MlaAttention(WeightBinder& wb, const std::string& p, const ModelCo
 size_t MlaAttention::bytes_per_token() const {
   size_t n = 0;
   for (const Tensor* t : {&q_a_, &q_a_norm_, &q_b_, &q_proj_, &kv_a_, &kv_a_norm_, &kv_b_, &o_proj_})
-    n += t->nbytes();
+    n += t->storage_bytes();
   return n;  // the absorbed copies of W_UK hold the same values as kv_b_proj
 }
 

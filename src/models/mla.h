@@ -24,6 +24,7 @@ class MlaAttention final : public Attention {
   int dim_, n_heads_, P_, R_, Vd_, Lkv_, q_rank_;
   float eps_, scale_;
   Tensor q_a_, q_a_norm_, q_b_, q_proj_, kv_a_, kv_a_norm_, kv_b_, o_proj_;
+  OwnedTensor kv_b_plain_;            // dequantized kv_b_proj when stored quantized
   std::vector<OwnedTensor> w_uk_t_;  // per head [Lkv, P]: W_UK transposed, for q absorption
   std::vector<Tensor> w_uv_;         // per head [Vd, Lkv]: views into kv_b_proj
   Rope rope_;

@@ -67,6 +67,15 @@ struct LoadOptions {
   int max_batch_tokens = 512;  // largest batch the activation arena is sized for up front
 };
 
+// A checkpoint read but not yet bound to a model: its config and tensors.
+struct Checkpoint {
+  ModelConfig config;
+  std::shared_ptr<TensorStore> tensors;
+  std::string hf_dir;  // the HF model directory it came from ("" for llama2.c)
+};
+Checkpoint load_checkpoint(const std::string& path);
+std::unique_ptr<Model> build_model(const Checkpoint& ck, const LoadOptions& opts = {});
+
 // Loads a model from an HF directory (config.json + safetensors) or a
 // llama2.c .bin file.
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts = {});

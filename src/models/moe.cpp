@@ -26,7 +26,7 @@ MoeBlock::MoeBlock(WeightBinder& wb, const std::string& p, const ModelConfig& c)
 }
 
 size_t MoeBlock::bytes_per_token() const {
-  size_t n = router_.nbytes() + bias_.nbytes() +
+  size_t n = router_.storage_bytes() + bias_.nbytes() +
              size_t(m_.num_experts_per_tok) * experts_[0]->bytes_per_token();
   if (shared_) n += shared_->bytes_per_token();
   return n;

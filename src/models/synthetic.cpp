@@ -118,7 +118,7 @@ MoeShape moe_shape(const std::string& arch, const std::string& preset) {
 }
 
 MlaShape mla_shape(const std::string& preset) {
-  if (preset == "tiny") return {48, 32, 16, 8, 16};
+  if (preset == "tiny") return {64, 32, 16, 8, 16};
   if (preset == "small") return {128, 96, 32, 16, 32};
   return {384, 256, 64, 32, 64};
 }

@@ -37,7 +37,7 @@ Tensor WeightBinder::bind(const std::string& name, const std::string& param,
     ok = false;
   }
   if (!ok) return {};
-  bound_.push_back({name, param, t->dtype, t->shape_str()});
+  bound_.push_back({name, param, t->dtype, t->shape_str(), "", t->numel()});
   return *t;
 }
 
@@ -48,7 +48,59 @@ Tensor WeightBinder::need(const std::string& name, const std::string& param,
 
 Tensor WeightBinder::linear(const std::string& prefix, const std::string& param, int64_t out,
                             int64_t in) {
-  return bind(prefix + ".weight", param, {out, in}, {DType::F32, DType::BF16}, true);
+  const std::string wname = prefix + ".weight";
+  const bool has_mx = store_.contains(prefix + ".weight_scale");
+  const bool has_fp8 = store_.contains(prefix + ".weight_scale_inv");
+  const bool want = quant_.quantized(prefix);
+  auto mismatch = [&](const std::string& what) {
+    quant_mismatch_.push_back(fmt::format("{}: {}", prefix, what));
+    used_.insert(wname);
+    used_.insert(prefix + ".weight_scale");
+    used_.insert(prefix + ".weight_scale_inv");
+    return Tensor();
+  };
+  if ((has_mx || has_fp8) && quant_.method == QuantMethod::None)
+    return mismatch("stored quantized, but config.json has no quantization_config");
+  if (has_mx && quant_.method == QuantMethod::Fp8Block)
+    return mismatch("stored as MXFP4 (weight_scale), but the quantization_config is fp8");
+  if (has_fp8 && quant_.method == QuantMethod::Mxfp4)
+    return mismatch("stored as FP8 (weight_scale_inv), but the quantization_config is quark mxfp4");
+  if (want && !has_mx && !has_fp8 && store_.contains(wname))
+    return mismatch(fmt::format("the quantization_config ({}) says it is quantized, but it is stored "
+                                "unquantized ({}); exclude it in the config or quantize it",
+                                quant_.method_name(), dtype_name(store_.get(wname).dtype)));
+  if (!want && (has_mx || has_fp8))
+    return mismatch("stored quantized, but the quantization_config excludes it");
+  if (!want) {
+    Tensor t = bind(wname, param, {out, in}, {DType::F32, DType::BF16}, true);
+    if (!t.empty()) bound_.back().linear = prefix;
+    return t;
+  }
+  if (has_mx) {
+    if (in % 32) return mismatch(fmt::format("MXFP4 needs in_features divisible by 32, got {}", in));
+    Tensor packed = bind(wname, param, {out, in / 2}, {DType::U8}, true);
+    if (!packed.empty()) {
+      BoundParam& b = bound_.back();
+      b.linear = prefix;
+      b.dtype = DType::MXFP4;  // two E2M1 values per stored byte
+      b.shape = fmt::format("[{}, {}] (stored U8 {})", out, in, b.shape);
+      b.params = out * in;
+    }
+    Tensor sc = bind(prefix + ".weight_scale", param + " (e8m0 scales)", {out, in / 32}, {DType::U8}, true);
+    if (!sc.empty()) bound_.back().linear = prefix, bound_.back().params = 0;
+    if (packed.empty() || sc.empty()) return {};
+    Tensor t(DType::MXFP4, {out, in}, packed.data);
+    t.scales = sc.data;
+    return t;
+  }
+  Tensor w = bind(wname, param, {out, in}, {DType::F8_E4M3}, true);
+  if (!w.empty()) bound_.back().linear = prefix;
+  Tensor sc = bind(prefix + ".weight_scale_inv", param + " (block scales)", {(out + 127) / 128, (in + 127) / 128},
+                   {DType::F32}, true);
+  if (!sc.empty()) bound_.back().linear = prefix, bound_.back().params = 0;
+  if (w.empty() || sc.empty()) return {};
+  w.scales = sc.data;
+  return w;
 }
 
 Tensor WeightBinder::optional(const std::string& name, const std::string& param,
@@ -74,7 +126,8 @@ const std::vector<BoundParam>& WeightBinder::finish() {
       }
     if (!ignored) unused.push_back(name);
   }
-  if (missing_.empty() && unused.empty() && wrong_shape_.empty() && wrong_dtype_.empty())
+  if (missing_.empty() && unused.empty() && wrong_shape_.empty() && wrong_dtype_.empty() &&
+      quant_mismatch_.empty())
     return bound_;
   std::string msg = "checkpoint does not match the model:";
   auto group = [&](const char* title, const std::vector<std::string>& v, const char* why = "") {
@@ -86,6 +139,7 @@ const std::vector<BoundParam>& WeightBinder::finish() {
   group("unused tensors", unused, ", consumed by no parameter and matched by no ignore rule");
   group("wrong shape", wrong_shape_);
   group("wrong dtype", wrong_dtype_);
+  group("quantization mismatch", quant_mismatch_);
   throw Error(msg);
 }
 

@@ -13,27 +13,35 @@
 
 #include "core/tensor.h"
 #include "io/tensor_store.h"
+#include "quant/quant_config.h"
 
 namespace mx {
 
 struct BoundParam {
   std::string checkpoint_name;
-  std::string param;  // what the model uses it as, e.g. "layers[3].attn.wq"
+  std::string param;  // what the model uses it as, e.g. "model.layers.3.self_attn.wq"
   DType dtype;
   std::string shape;
+  std::string linear;  // the Linear layer's name when this is its weight (or scale)
+  int64_t params = 0;  // model parameters it holds (logical elements; 0 for scales)
 };
 
 class WeightBinder {
  public:
-  explicit WeightBinder(const TensorStore& store) : store_(store) {}
+  // quant: the checkpoint's quantization_config; every Linear must be stored
+  // exactly as it says (quantized unless excluded), never silently otherwise.
+  explicit WeightBinder(const TensorStore& store, const QuantConfig& quant = {})
+      : store_(store), quant_(quant) {}
 
   // A required parameter. Returns an empty Tensor when it is missing or wrong
   // (the error is recorded; finish() throws).
   Tensor need(const std::string& name, const std::string& param, std::vector<int64_t> shape,
               std::initializer_list<DType> dtypes);
   // The weight of a Linear layer, `prefix.weight` [out, in]. Every projection
-  // goes through here, so quantized checkpoints (which store a Linear as packed
-  // data plus block scales) are handled in one place.
+  // goes through here, so quantized checkpoints are handled in one place:
+  // MXFP4 (Quark): prefix.weight U8 [out, in/2] + prefix.weight_scale U8 [out, in/32];
+  // FP8: prefix.weight F8_E4M3 [out, in] + prefix.weight_scale_inv F32 [ceil(out/128), ceil(in/128)].
+  // The returned Tensor has the logical shape [out, in] and, when quantized, scales.
   Tensor linear(const std::string& prefix, const std::string& param, int64_t out, int64_t in);
 
   // A parameter that may be absent (e.g. lm_head with tied embeddings); when
@@ -54,7 +62,8 @@ class WeightBinder {
   const TensorStore& store_;
   std::set<std::string> used_;
   std::vector<std::pair<std::regex, std::string>> ignores_;
-  std::vector<std::string> missing_, wrong_shape_, wrong_dtype_;
+  const QuantConfig& quant_;
+  std::vector<std::string> missing_, wrong_shape_, wrong_dtype_, quant_mismatch_;
   std::vector<BoundParam> bound_;
 };
 

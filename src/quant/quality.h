@@ -1,0 +1,34 @@
+#pragma once
+// Measured quantization loss: run a reference and a quantized model over the
+// same token sequences (teacher forcing) and compare next-token distributions
+// at every position: KL(ref || quant), top-1 agreement, and each model's
+// perplexity on the sequences. No claim without this measurement.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace mx {
+
+struct QualityReport {
+  int sequences = 0;
+  int64_t positions = 0;
+  double kl_mean = 0, kl_p99 = 0, kl_max = 0;  // nats
+  double top1_agreement = 0;                   // fraction of positions with equal argmax
+  double ppl_ref = 0, ppl_quant = 0;           // on the sequences' own next tokens
+  std::string to_json() const;
+  std::string to_text() const;
+};
+
+QualityReport measure_quality(Model& ref, Model& quant, const std::vector<std::vector<int32_t>>& seqs);
+
+// Sequences to measure on when no calibration file is given: the reference
+// model's own samples (temperature 1, fixed seeds) from BOS, so perplexity is
+// measured on text the reference finds plausible rather than on noise.
+std::vector<std::vector<int32_t>> self_generated_sequences(Model& ref, int count, int length, uint64_t seed);
+
+// A calibration file: one sequence of token ids per line (spaces or commas).
+std::vector<std::vector<int32_t>> read_token_file(const std::string& path);
+
+}  // namespace mx
