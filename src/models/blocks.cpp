@@ -129,15 +129,15 @@ SwigluMlp::SwigluMlp(WeightBinder& wb, const std::string& prefix, int d, int h) 
 
 size_t SwigluMlp::bytes_per_token() const { return gate_.storage_bytes() + up_.storage_bytes() + down_.storage_bytes(); }
 
-void SwigluMlp::forward_rows(ForwardCtx& ctx, const float* x, float* out, int T) const {
+void SwigluMlp::forward_rows(ForwardCtx& ctx, const float* x, float* out, int T, float* scratch) const {
   const size_t mark = ctx.arena.mark();
-  float* g = ctx.arena.alloc(size_t(T) * hidden_);
-  float* u = ctx.arena.alloc(size_t(T) * hidden_);
+  float* g = scratch ? scratch : ctx.arena.alloc(size_t(T) * hidden_);
+  float* u = scratch ? scratch + size_t(T) * hidden_ : ctx.arena.alloc(size_t(T) * hidden_);
   matmul(g, x, gate_, T, ctx.pool);
   matmul(u, x, up_, T, ctx.pool);
   silu_mul(g, g, u, int64_t(T) * hidden_);
   matmul(out, g, down_, T, ctx.pool);
-  ctx.arena.rewind(mark);
+  if (!scratch) ctx.arena.rewind(mark);
 }
 
 }  // namespace mx

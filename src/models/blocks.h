@@ -82,7 +82,9 @@ class SwigluMlp final : public FeedForward {
   void forward(ForwardCtx& ctx, const float* x, float* out) const override {
     forward_rows(ctx, x, out, ctx.n_tokens);
   }
-  void forward_rows(ForwardCtx& ctx, const float* x, float* out, int rows) const;
+  // scratch: 2 * rows * hidden() floats, or null to take it from the arena (which
+  // only the thread that owns the forward may do).
+  void forward_rows(ForwardCtx& ctx, const float* x, float* out, int rows, float* scratch = nullptr) const;
   size_t scratch_bytes(int T) const override { return 2 * size_t(T) * hidden_ * 4 + 256; }
   size_t bytes_per_token() const override;
   int hidden() const { return hidden_; }

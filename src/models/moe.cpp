@@ -35,10 +35,12 @@ size_t MoeBlock::bytes_per_token() const {
 size_t MoeBlock::scratch_bytes(int T) const {
   const size_t E = m_.n_routed_experts, k = m_.num_experts_per_tok;
   size_t n = T * E * 4 + 2 * T * k * 4 + (E + 1) * 4 + T * k * 4;  // logits, idx+w, offsets, order
-  n += 2 * size_t(T) * dim_ * 4 + T * k * dim_ * 4;                // gathered x, expert out, slot outs
-  size_t inner = experts_[0]->scratch_bytes(T);
-  if (shared_) inner = std::max(inner, shared_->scratch_bytes(T));
-  return n + inner + 16 * 64;
+  const size_t nw = global_pool().size();
+  n += 2 * size_t(E + 1) * 4 + nw * 8;                             // work items, loads
+  const size_t hid = std::max(experts_[0]->hidden(), shared_ ? shared_->hidden() : 0);
+  n += nw * (2 * size_t(T) * dim_ + 2 * size_t(T) * hid) * 4;         // per-worker gather/out/gate-up
+  n += size_t(T) * k * dim_ * 4;                                    // per-slot expert outputs
+  return n + 16 * 64;
 }
 
 void MoeBlock::route(const float* logits, int32_t* idx, float* w) const {
@@ -118,23 +120,59 @@ void MoeBlock::forward(ForwardCtx& ctx, const float* x, float* out) const {
     for (int i = 0; i < T * k; ++i) order[fill[idx[i]]++] = i;
   }
 
-  float* xe = a.alloc(size_t(T) * H);
-  float* ye = a.alloc(size_t(T) * H);
-  float* slots = a.alloc(size_t(T) * k * H);
-  for (int e = 0; e < E; ++e) {
-    const int n = offs[e + 1] - offs[e];
-    if (n == 0) continue;  // never touch an unselected expert's weights
-    for (int r = 0; r < n; ++r)
-      std::memcpy(xe + size_t(r) * H, x + size_t(order[offs[e] + r] / k) * H, H * sizeof(float));
-    experts_[e]->forward_rows(ctx, xe, ye, n);
-    for (int r = 0; r < n; ++r)
-      std::memcpy(slots + size_t(order[offs[e] + r]) * H, ye + size_t(r) * H, H * sizeof(float));
+  // Work items: every active expert with its tokens, plus the shared expert over
+  // all tokens, scheduled together (the shared expert is one more expert whose
+  // router always picks it). Items are dealt to workers longest first; each
+  // runs single-threaded on its worker (nested parallel_for runs inline), so
+  // experts execute in parallel and each result is independent of the split.
+  const int nw = ctx.pool.size();
+  const int n_items_max = E + 1;
+  int32_t* item_expert = a.alloc<int32_t>(n_items_max);
+  int32_t* item_worker = a.alloc<int32_t>(n_items_max);
+  int n_items = 0;
+  for (int e = 0; e < E; ++e)
+    if (offs[e + 1] > offs[e]) item_expert[n_items++] = e;  // never touch an unselected expert
+  if (shared_) item_expert[n_items++] = E;
+  auto rows_of = [&](int e) { return e == E ? T : offs[e + 1] - offs[e]; };
+  std::stable_sort(item_expert, item_expert + n_items, [&](int x, int y) { return rows_of(x) > rows_of(y); });
+  {
+    int64_t* load = a.alloc<int64_t>(nw);
+    std::fill(load, load + nw, 0);
+    for (int i = 0; i < n_items; ++i) {
+      int best = 0;
+      for (int w = 1; w < nw; ++w)
+        if (load[w] < load[best]) best = w;
+      item_worker[i] = best;
+      load[best] += rows_of(item_expert[i]);
+    }
   }
-
-  if (shared_)
-    shared_->forward_rows(ctx, x, out, T);
-  else
-    std::memset(out, 0, size_t(T) * H * sizeof(float));
+  const int max_hidden = std::max(experts_[0]->hidden(), shared_ ? shared_->hidden() : 0);
+  float* wx = a.alloc(size_t(nw) * T * H);
+  float* wy = a.alloc(size_t(nw) * T * H);
+  float* wgu = a.alloc(size_t(nw) * 2 * T * max_hidden);
+  float* slots = a.alloc(size_t(T) * k * H);
+  ctx.pool.parallel_for(nw, [&](int64_t wb, int64_t we) {
+    for (int64_t w = wb; w < we; ++w) {
+      float* xe = wx + size_t(w) * T * H;
+      float* ye = wy + size_t(w) * T * H;
+      float* gu = wgu + size_t(w) * 2 * T * max_hidden;
+      for (int i = 0; i < n_items; ++i) {
+        if (item_worker[i] != w) continue;
+        const int e = item_expert[i];
+        if (e == E) {
+          shared_->forward_rows(ctx, x, out, T, gu);
+          continue;
+        }
+        const int n = rows_of(e);
+        for (int r = 0; r < n; ++r)
+          std::memcpy(xe + size_t(r) * H, x + size_t(order[offs[e] + r] / k) * H, H * sizeof(float));
+        experts_[e]->forward_rows(ctx, xe, ye, n, gu);
+        for (int r = 0; r < n; ++r)
+          std::memcpy(slots + size_t(order[offs[e] + r]) * H, ye + size_t(r) * H, H * sizeof(float));
+      }
+    }
+  });
+  if (!shared_) std::memset(out, 0, size_t(T) * H * sizeof(float));
   ctx.pool.parallel_for(T, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
       for (int i = 0; i < k; ++i)  // slots are in ascending expert order (route())
