@@ -45,7 +45,7 @@ Command add_quantize(CLI::App& app) {
   s->add_flag("--no-default-excludes", *no_defaults, "Also quantize router gates, lm_head and MTP layers");
   s->add_flag("--strict", o->strict, "An exclude pattern that matches nothing is an error");
   s->add_flag("--scale-search", *search, "MXFP4: pick each block's scale minimising its error");
-  s->add_flag("--measure", *measure, "Measure quality against the input and write OUT/quality.json");
+  s->add_flag("--measure", *measure, "Measure quality against the input (as mxserve eval) and write OUT/quality.json");
   qa->add(s);
   return {s, [=] {
             o->method = *format == "fp8" ? QuantMethod::Fp8Block : QuantMethod::Mxfp4;
@@ -58,6 +58,7 @@ Command add_quantize(CLI::App& app) {
             if (*measure || !qa->calib.empty()) {
               auto ref = load_model(*in), q = load_model(*out);
               QualityReport rep = qa->run(*ref, *q);
+              rep.layers = weight_errors(*ref, *q);
               std::fprintf(stderr, "%s", rep.to_text().c_str());
               std::ofstream(*out + "/quality.json") << rep.to_json() << "\n";
             }
@@ -65,18 +66,22 @@ Command add_quantize(CLI::App& app) {
           }};
 }
 
-Command add_quality(CLI::App& app) {
-  auto* s = app.add_subcommand("quality", "Measure KL, top-1 agreement and perplexity of a model against a reference");
+Command add_eval(CLI::App& app) {
+  auto* s = app.add_subcommand("eval", "Measure a (quantized) model against a reference: KL, top-1, perplexity, weight error");
   auto ref = std::make_shared<std::string>(), model = std::make_shared<std::string>();
   auto json_out = std::make_shared<bool>(false);
   auto qa = std::make_shared<QualityArgs>();
-  s->add_option("--ref", *ref, "Reference model")->required();
-  s->add_option("--model", *model, "Model to compare (e.g. its quantized version)")->required();
-  s->add_flag("--json", *json_out, "Print JSON instead of text");
-  qa->add(s);
+  s->add_option("--model", *model, "Model to evaluate (e.g. the quantized checkpoint)")->required();
+  s->add_option("--reference", *ref, "Reference model (e.g. the original checkpoint)")->required();
+  s->add_option("--tokens", qa->calib, "Token-id sequences, one per line (default: the reference's own samples)");
+  s->add_option("--sequences", qa->sequences, "Self-generated sequences when no --tokens")->check(CLI::Range(1, 10000));
+  s->add_option("--length", qa->length, "Tokens per self-generated sequence")->check(CLI::Range(2, 1 << 20));
+  s->add_option("--seed", qa->seed, "Seed of the self-generated sequences");
+  s->add_flag("--json", *json_out, "Print JSON");
   return {s, [=] {
             auto r = load_model(*ref), m = load_model(*model);
             QualityReport rep = qa->run(*r, *m);
+            rep.layers = weight_errors(*r, *m);
             std::printf("%s\n", *json_out ? rep.to_json().c_str() : rep.to_text().c_str());
             return 0;
           }};

@@ -16,11 +16,11 @@ Command add_logits(CLI::App& app);
 Command add_inspect(CLI::App& app);
 Command add_make_test_model(CLI::App& app);
 Command add_quantize(CLI::App& app);
-Command add_quality(CLI::App& app);
+Command add_eval(CLI::App& app);
 
 inline std::vector<Command> all_commands(CLI::App& app) {
   return {add_generate(app), add_logits(app), add_inspect(app), add_make_test_model(app),
-          add_quantize(app),  add_quality(app)};
+          add_quantize(app),  add_eval(app)};
 }
 
 }  // namespace mx::cli

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "engine/generate.h"
+#include "models/decoder.h"
+#include "quant/dequantize.h"
 
 namespace mx {
 
@@ -65,6 +68,35 @@ QualityReport measure_quality(Model& ref, Model& quant, const std::vector<std::v
   return r;
 }
 
+std::vector<LayerError> weight_errors(const Model& ref, const Model& quant) {
+  auto* dr = dynamic_cast<const DecoderModel*>(&ref);
+  auto* dq = dynamic_cast<const DecoderModel*>(&quant);
+  MX_CHECK(dr && dq, "weight errors need decoder models");
+  std::map<std::string, DType> qtype;
+  for (const auto& b : quant.weight_map())
+    if (!b.linear.empty() && b.params > 0) qtype[b.linear] = b.dtype;
+  std::vector<LayerError> out;
+  for (const auto& b : ref.weight_map()) {
+    if (b.linear.empty() || b.params == 0) continue;
+    auto it = qtype.find(b.linear);
+    if (it == qtype.end() || it->second == b.dtype) continue;
+    const Tensor& w = dr->store().get(b.linear + ".weight");
+    Tensor q = dq->store().get(b.linear + ".weight");
+    const Tensor* sc = dq->store().find(b.linear + (it->second == DType::MXFP4 ? ".weight_scale" : ".weight_scale_inv"));
+    Tensor logical(it->second, w.dims(), q.data);
+    logical.scales = sc ? sc->data : nullptr;
+    OwnedTensor d = dequantize_f32(logical);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const double a = load_as_f32(w.data, w.dtype, i), e = d.t.as<float>()[i] - a;
+      num += e * e;
+      den += a * a;
+    }
+    out.push_back({b.linear, den > 0 ? std::sqrt(num / den) : 0.0});
+  }
+  return out;
+}
+
 std::vector<std::vector<int32_t>> self_generated_sequences(Model& ref, int count, int length, uint64_t seed) {
   MX_CHECK(count > 0 && length > 1, "quality: need at least one sequence of 2+ tokens");
   const ModelConfig& c = ref.config();
@@ -106,11 +138,25 @@ std::string QualityReport::to_json() const {
   nlohmann::json j = {{"sequences", sequences}, {"positions", positions}, {"kl_mean", kl_mean},
                       {"kl_p99", kl_p99},       {"kl_max", kl_max},       {"top1_agreement", top1_agreement},
                       {"ppl_ref", ppl_ref},     {"ppl_quant", ppl_quant}};
+  nlohmann::json l = nlohmann::json::object();
+  for (const auto& e : layers) l[e.layer] = e.rel_rmse;
+  j["layer_rel_rmse"] = l;
   return j.dump(2);
 }
 
 std::string QualityReport::to_text() const {
-  return fmt::format(
+  std::string layer_summary;
+  if (!layers.empty()) {
+    double mean = 0, mx = 0;
+    std::string worst;
+    for (const auto& e : layers) {
+      mean += e.rel_rmse / layers.size();
+      if (e.rel_rmse > mx) mx = e.rel_rmse, worst = e.layer;
+    }
+    layer_summary = fmt::format("  weight rel. RMS error over {} quantized layers: mean {:.4f}, max {:.4f} ({})\n",
+                                layers.size(), mean, mx, worst);
+  }
+  return layer_summary + fmt::format(
       "quality over {} sequences, {} positions:\n  KL(ref||quant) mean {:.5f}  p99 {:.5f}  max {:.5f} nats\n"
       "  top-1 agreement {:.2f}%\n  perplexity ref {:.3f}  quant {:.3f}  ({:+.2f}%)\n",
       sequences, positions, kl_mean, kl_p99, kl_max, 100 * top1_agreement, ppl_ref, ppl_quant,

@@ -11,7 +11,14 @@
 
 namespace mx {
 
+// Relative RMS error of one quantized Linear against the reference weight.
+struct LayerError {
+  std::string layer;
+  double rel_rmse = 0;
+};
+
 struct QualityReport {
+  std::vector<LayerError> layers;  // per-layer weight error (where the two differ)
   int sequences = 0;
   int64_t positions = 0;
   double kl_mean = 0, kl_p99 = 0, kl_max = 0;  // nats
@@ -20,6 +27,10 @@ struct QualityReport {
   std::string to_json() const;
   std::string to_text() const;
 };
+
+// Per-Linear weight error: ||dequant(W_q) - W_ref|| / ||W_ref|| for every Linear
+// whose storage differs between the two models.
+std::vector<LayerError> weight_errors(const Model& ref, const Model& quant);
 
 QualityReport measure_quality(Model& ref, Model& quant, const std::vector<std::vector<int32_t>>& seqs);
 
