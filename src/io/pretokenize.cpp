@@ -154,6 +154,59 @@ size_t m_punct_run(const Text& t, size_t p, size_t e) {  // [\p{P}\$\+<=>\^~\|]+
   return k - p;
 }
 
+// [一-龥぀-ゟ゠-ヿ]+
+size_t m_cjk_deepseek3(const Text& t, size_t p, size_t e) {
+  size_t k = p;
+  for (; k < e; ++k) {
+    uint32_t c = t.cp[k];
+    if (!((c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x3040 && c <= 0x30FF))) break;
+  }
+  return k - p;
+}
+
+inline bool ascii_letter(uint32_t c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+inline bool ascii_punct_or_symbol(uint32_t c) {
+  return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
+}
+
+// DeepSeek-V3's main split. llama.cpp runs it through std::regex on text whose
+// non-ASCII characters are replaced by their category, and its ASCII expansion
+// of \p{S} lacks '~': TildeIsSymbol = false reproduces that.
+template <bool TildeIsSymbol>
+size_t m_deepseek3(const Text& t, size_t p, size_t e) {
+  auto ps = [&](size_t i) {  // [\p{P}\p{S}]
+    if (!TildeIsSymbol && t.cp[i] == '~') return false;
+    return (t.f[i] & (uc::kPunct | uc::kSymbol)) != 0;
+  };
+  auto lm = [&](size_t i) { return (t.f[i] & (uc::kLetter | uc::kMark)) != 0; };
+  const uint32_t c = t.cp[p];
+  // [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+
+  if (ascii_punct_or_symbol(c) && p + 1 < e && ascii_letter(t.cp[p + 1])) {
+    size_t k = p + 1;
+    while (k < e && ascii_letter(t.cp[k])) ++k;
+    return k - p;
+  }
+  // [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
+  const bool optional_ok = !t.newline(p) && !t.letter(p) && !ps(p);
+  size_t from = (optional_ok && p + 1 < e && lm(p + 1)) ? p + 1 : (lm(p) ? p : e);
+  if (from < e) {
+    size_t k = from;
+    while (k < e && lm(k)) ++k;
+    return k - p;
+  }
+  //  ?[\p{P}\p{S}]+[\r\n]*
+  const size_t q = p + (c == ' ' ? 1 : 0);
+  if (q < e && ps(q)) {
+    size_t k = q;
+    while (k < e && ps(k)) ++k;
+    while (k < e && t.newline(k)) ++k;
+    return k - p;
+  }
+  // \s*[\r\n]+|\s+(?!\S)|\s+
+  if (t.ws(p)) return whitespace_tail(t, p, e, true);
+  return 0;
+}
+
 Matcher matcher(PreSplit s) {
   switch (s) {
     case PreSplit::Gpt2: return m_gpt2;
@@ -169,9 +222,16 @@ Matcher matcher(PreSplit s) {
     case PreSplit::CjkDeepseekCoder: return m_cjk_deepseek_coder;
     case PreSplit::PunctRun: return m_punct_run<false>;
     case PreSplit::PunctRunFalcon: return m_punct_run<true>;
+    case PreSplit::CjkDeepseek3: return m_cjk_deepseek3;
+    case PreSplit::Deepseek3: return m_deepseek3<true>;
+    case PreSplit::Deepseek3LlamaCpp: return m_deepseek3<false>;
   }
   return nullptr;
 }
+
+const char* const kDeepseek3Regex =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+    "?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 }  // namespace
 
@@ -192,6 +252,8 @@ const char* pre_split_regex(PreSplit s) {
     case PreSplit::CjkDeepseekCoder: return "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+";
     case PreSplit::PunctRun: return "[\\p{P}\\$\\+<=>\\^~\\|]+";
     case PreSplit::PunctRunFalcon: return "[\\p{P}\\$\\+<=>\\^~\\|`]+";
+    case PreSplit::CjkDeepseek3: return "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+";
+    case PreSplit::Deepseek3: case PreSplit::Deepseek3LlamaCpp: return kDeepseek3Regex;
   }
   return "";
 }
@@ -257,6 +319,8 @@ std::optional<GgufPreInfo> gguf_pre_tokenizer(std::string_view pre) {
     r.steps = {P::Qwen2};
   } else if (pre == "deepseek-coder") {
     r.steps = {P::NewlineEach, P::SpaceLetters, P::SpacePunct, P::CjkDeepseekCoder, P::DigitEach};
+  } else if (any({"deepseek-v3", "hunyuan-dense", "joyai-llm"})) {
+    r.steps = {P::Digits1to3, P::CjkDeepseek3, P::Deepseek3LlamaCpp};
   } else if (pre == "falcon") {
     r.steps = {P::PunctRunFalcon, P::Gpt2, P::Ascii3Digits};
   } else {
@@ -265,8 +329,12 @@ std::optional<GgufPreInfo> gguf_pre_tokenizer(std::string_view pre) {
   return r;
 }
 
-std::optional<PreSplit> pre_split_for_regex(std::string_view pattern) {
+std::optional<PreSplit> pre_split_for_regex(std::string_view pattern_in) {
   using P = PreSplit;
+  // tokenizer.json spells CR/LF either as regex escapes or as the characters.
+  std::string canon;
+  for (char c : pattern_in) canon += c == '\r' ? std::string("\\r") : c == '\n' ? std::string("\\n") : std::string(1, c);
+  const std::string_view pattern = canon;
   static const std::pair<std::string_view, P> known[] = {
       {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", P::Gpt2},
       {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)", P::Gpt2},
@@ -287,12 +355,13 @@ std::optional<PreSplit> pre_split_for_regex(std::string_view pattern) {
       {"\\p{N}{1,3}", P::Digits1to3},
       {"[0-9][0-9][0-9]", P::Ascii3Digits},
       {"[\\r\\n]", P::NewlineEach},
-      {"[\r\n]", P::NewlineEach},
       {"\\s?\\p{L}+", P::SpaceLetters},
       {"\\s?\\p{P}+", P::SpacePunct},
       {"[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", P::CjkDeepseekCoder},
       {"[\\p{P}\\$\\+<=>\\^~\\|]+", P::PunctRun},
       {"[\\p{P}\\$\\+<=>\\^~\\|`]+", P::PunctRunFalcon},
+      {"[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+", P::CjkDeepseek3},
+      {kDeepseek3Regex, P::Deepseek3},
   };
   for (const auto& [re, s] : known)
     if (pattern == re) return s;

@@ -27,6 +27,11 @@ enum class PreSplit : uint8_t {
   CjkDeepseekCoder,  // [一-龥ࠀ-一가-퟿]+   (U+4E00-9FA5, U+0800-4E00, U+AC00-D7FF)
   PunctRun,          // [\p{P}\$\+<=>\^~\|]+
   PunctRunFalcon,    // [\p{P}\$\+<=>\^~\|`]+
+  CjkDeepseek3,      // [一-龥぀-ゟ゠-ヿ]+   (U+4E00-9FA5, U+3040-309F, U+30A0-30FF)
+  // [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  Deepseek3,
+  // The same as llama.cpp evaluates it: its \p{S} leaves out '~' for ASCII text.
+  Deepseek3LlamaCpp,
 };
 
 const char* pre_split_regex(PreSplit s);

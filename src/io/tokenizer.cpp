@@ -555,6 +555,7 @@ class SpmTokenizer final : public BaseTokenizer {
 class WpmTokenizer final : public BaseTokenizer {
  public:
   bool lowercase = true, strip_accents = true;
+  WpmTokenizer() { strip_first_space_ = true; }  // words carry a leading ▁
 
  protected:
   std::string make_piece(int32_t id) const override {
@@ -666,7 +667,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_gguf(const GgufFile& g) {
     pre_info = gguf_pre_tokenizer(pre);
     if (!pre_info)
       fail("{}: tokenizer.ggml.pre '{}' is not supported (byte-level BPE pre-tokenizers: gpt-2 family, "
-           "starcoder/refact family, llama3 family, qwen2 family, deepseek-coder, falcon, default)",
+           "starcoder/refact family, llama3 family, qwen2 family, deepseek-coder, deepseek-v3, falcon, default)",
            path, pre);
     if (!g.has("tokenizer.ggml.merges")) fail("{}: gpt2 tokenizer without tokenizer.ggml.merges", path);
     auto b = std::make_unique<BpeTokenizer>();
@@ -810,7 +811,7 @@ void parse_pre(const json& j, const std::string& where, std::vector<PreSplit>& s
     auto s = pre_split_for_regex(re);
     if (!s)
       fail("{}: Split regex '{}' is not one of the pre-tokenizers mxserve implements (GPT-2, Llama-3, Qwen2, "
-           "digit and DeepSeek-Coder splits)",
+           "DeepSeek-Coder, DeepSeek-V3 and digit splits)",
            where, re);
     steps.push_back(*s);
   } else if (t == "Digits") {
@@ -951,6 +952,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_hf(const std::string& tokenizer_json_p
       case PreSplit::Gpt2: pre += ":gpt2"; break;
       case PreSplit::Llama3: pre += ":llama3"; break;
       case PreSplit::Qwen2: pre += ":qwen2"; break;
+      case PreSplit::Deepseek3: pre += ":deepseek3"; break;
       default: pre += ":split"; break;
     }
   }
