@@ -1,0 +1,117 @@
+#pragma once
+// The serving engine: continuous batching over one model. Each step packs the
+// running requests' decode tokens and chunks of pending prefills into one
+// forward, under a per-step token budget. KV is paged; full blocks of every
+// prompt are shared through the radix prefix cache; when the pool runs out,
+// unreferenced cached blocks are evicted (LRU) and then the newest request is
+// preempted and later recomputed from scratch.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/prefix_cache.h"
+#include "engine/sampling.h"
+#include "models/model.h"
+
+namespace mx {
+
+struct EngineOptions {
+  int kv_blocks = 0;          // 0: enough for max_running full-context sequences, capped at 1 GiB of KV
+  int block_size = 16;
+  int max_running = 16;       // requests decoding at once
+  int max_queue = 256;        // waiting requests beyond which submit() refuses
+  int step_tokens = 256;      // token budget of one forward (decodes + prefill chunks)
+  bool prefix_cache = true;
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int max_tokens = 256;
+  std::vector<int32_t> stop_ids;  // in addition to the model's EOS ids
+  bool ignore_eos = false;
+  int logprobs = 0;               // return the sampled token's logprob when > 0
+};
+
+struct TokenEvent {
+  int32_t token = -1;      // -1 on a final event without a token
+  float logprob = 0;
+  bool finished = false;
+  std::string finish_reason;  // "stop", "length", "abort", or an error message
+  int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+};
+// Called on the engine thread, in order, once per generated token; the last
+// event has finished = true.
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+struct EngineMetrics {
+  int waiting = 0, running = 0;
+  int kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
+  uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, computed_prompt_tokens = 0;
+  uint64_t generated_tokens = 0, requests_finished = 0, preemptions = 0, steps = 0;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Model> model, const EngineOptions& opts);
+  ~Engine();  // stops the loop, aborting what is left
+
+  // Thread-safe. Validates the request (throws mx::Error: empty prompt, too
+  // long for the context, bad sampling params, token ids out of range) and
+  // returns its id; throws QueueFull when max_queue requests are waiting.
+  uint64_t submit(GenerationRequest req, TokenCallback cb);
+  void cancel(uint64_t id);  // thread-safe; the request ends with reason "abort"
+
+  // Runs steps until every submitted request has finished (tests, CLI).
+  void run_until_idle();
+  // Or a background thread that runs steps as work arrives.
+  void start();
+  void stop();
+
+  EngineMetrics metrics() const;
+  const ModelConfig& config() const { return model_->config(); }
+  Model& model() { return *model_; }
+
+  struct QueueFull : Error {
+    using Error::Error;
+  };
+
+ private:
+  struct Request;
+  bool step();  // one forward; false when there was nothing to do
+  void admit();
+  bool reserve_or_preempt(Request& r, int n_tokens, const std::vector<Request*>& in_batch);
+  void finish(Request& r, const std::string& reason);
+  void release_kv(Request& r);
+  void publish_metrics(uint64_t computed_prompt, uint64_t generated);
+
+  std::unique_ptr<Model> model_;
+  EngineOptions opts_;
+  std::unique_ptr<KVPool> pool_;
+  std::unique_ptr<PrefixCache> cache_;
+
+  mutable std::mutex mu_;  // guards incoming_, cancelled_, metrics_
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Request>> incoming_;
+  std::vector<uint64_t> cancelled_;
+  uint64_t next_id_ = 1;
+  EngineMetrics metrics_;
+
+  // Engine-thread state.
+  std::deque<std::unique_ptr<Request>> waiting_;
+  std::vector<std::unique_ptr<Request>> running_;
+  Batch batch_;
+  std::vector<float> logits_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace mx
