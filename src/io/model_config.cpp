@@ -73,6 +73,28 @@ class Fields {
   const json& j_;
 };
 
+// The sigmoid-router MoE fields shared by GLM-4.5 and DeepSeek-V3 (and their
+// MTP layers); defaults differ per family's transformers config class.
+struct SigmoidMoeDefaults {
+  int n_group, topk_group;
+  float routed_scaling_factor;
+  int first_k_dense_replace;
+};
+void parse_sigmoid_moe(const Fields& f, ModelConfig& c, const SigmoidMoeDefaults& d) {
+  MoeConfig& m = c.moe;
+  m.n_routed_experts = f.req_int("n_routed_experts");
+  m.n_shared_experts = f.opt_int("n_shared_experts", 1);
+  m.num_experts_per_tok = f.req_int("num_experts_per_tok");
+  m.moe_intermediate_size = f.req_int("moe_intermediate_size");
+  m.sigmoid_router = true;
+  m.n_group = f.opt_int("n_group", d.n_group);
+  m.topk_group = f.opt_int("topk_group", d.topk_group);
+  m.norm_topk_prob = f.opt_bool("norm_topk_prob", true);
+  m.routed_scaling_factor = f.opt_float("routed_scaling_factor", d.routed_scaling_factor);
+  m.first_k_dense_replace = f.opt_int("first_k_dense_replace", d.first_k_dense_replace);
+  c.num_nextn_predict_layers = f.opt_int("num_nextn_predict_layers", 0);
+}
+
 }  // namespace
 
 const char* arch_name(Arch a) {
@@ -152,17 +174,7 @@ ModelConfig parse_hf_config(const json& j) {
       c.attention_bias = f.opt_bool("attention_bias", false);
       c.qk_norm = f.opt_bool("use_qk_norm", false);
       c.partial_rotary_factor = f.opt_float("partial_rotary_factor", 0.5f);
-      m.n_routed_experts = f.req_int("n_routed_experts");
-      m.n_shared_experts = f.opt_int("n_shared_experts", 1);
-      m.num_experts_per_tok = f.req_int("num_experts_per_tok");
-      m.moe_intermediate_size = f.req_int("moe_intermediate_size");
-      m.sigmoid_router = true;
-      m.n_group = f.opt_int("n_group", 1);
-      m.topk_group = f.opt_int("topk_group", 1);
-      m.norm_topk_prob = f.opt_bool("norm_topk_prob", true);
-      m.routed_scaling_factor = f.opt_float("routed_scaling_factor", 1.0f);
-      m.first_k_dense_replace = f.opt_int("first_k_dense_replace", 1);
-      c.num_nextn_predict_layers = f.opt_int("num_nextn_predict_layers", 0);
+      parse_sigmoid_moe(f, c, {1, 1, 1.0f, 1});
       break;
     case Arch::DeepseekV3: {
       // transformers configuration_deepseek_v3.py / modeling_deepseek_v3.py.
@@ -183,17 +195,7 @@ ModelConfig parse_hf_config(const json& j) {
       std::string topk = f.opt_str("topk_method", "noaux_tc");
       MX_CHECK(topk == "noaux_tc", "config.json: topk_method '{}' is not supported (noaux_tc)", topk);
       MX_CHECK(f.opt_int("moe_layer_freq", 1) == 1, "config.json: moe_layer_freq != 1 is not supported");
-      m.n_routed_experts = f.req_int("n_routed_experts");
-      m.n_shared_experts = f.opt_int("n_shared_experts", 1);
-      m.num_experts_per_tok = f.req_int("num_experts_per_tok");
-      m.moe_intermediate_size = f.req_int("moe_intermediate_size");
-      m.sigmoid_router = true;
-      m.n_group = f.opt_int("n_group", 8);
-      m.topk_group = f.opt_int("topk_group", 4);
-      m.norm_topk_prob = f.opt_bool("norm_topk_prob", true);
-      m.routed_scaling_factor = f.opt_float("routed_scaling_factor", 2.5f);
-      m.first_k_dense_replace = f.opt_int("first_k_dense_replace", 3);
-      c.num_nextn_predict_layers = f.opt_int("num_nextn_predict_layers", 0);
+      parse_sigmoid_moe(f, c, {8, 4, 2.5f, 3});
       break;
     }
     case Arch::Qwen3Moe:

@@ -8,6 +8,7 @@
 #include "engine/generate.h"
 #include "models/model.h"
 #include "models/synthetic.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 using namespace mx;
@@ -31,21 +32,7 @@ TEST(Generate, ChunkedPrefillIsBitwiseIdenticalToOneShot) {
 
 TEST(Generate, BatchOfSequencesMatchesEachAlone) {
   auto m = stories();
-  const int V = m->config().vocab_size;
-  const std::vector<int32_t> a = {1, 50, 60, 70}, b = {1, 400, 300, 200, 100, 9, 8};
-  auto la = prompt_logits(*m, a), lb = prompt_logits(*m, b);
-  KVPool pool(m->kv_layout(), 8, 16);
-  SeqKV ka, kb;
-  ASSERT_TRUE(ka.reserve(pool, int(a.size())));
-  ASSERT_TRUE(kb.reserve(pool, int(b.size())));
-  Batch batch;
-  batch.add(&kb, b.data(), int(b.size()), 0, true);
-  batch.add(&ka, a.data(), int(a.size()), 0, true);
-  std::vector<float> out(2 * V);
-  m->forward(batch, pool, out.data());
-  EXPECT_EQ(std::memcmp(out.data(), lb.data(), V * 4), 0);
-  EXPECT_EQ(std::memcmp(out.data() + V, la.data(), V * 4), 0);
-  EXPECT_EQ(ka.n_tokens, int(a.size()));
+  mxtest::expect_batch_matches_alone(*m, {1, 50, 60, 70}, {1, 400, 300, 200, 100, 9, 8});
 }
 
 TEST(Generate, SeededSamplingIsDeterministic) {

@@ -6,6 +6,7 @@
 #include "io/safetensors.h"
 #include "models/model.h"
 #include "models/synthetic.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 using namespace mx;
@@ -15,19 +16,7 @@ namespace {
 // Rewrites the single-file checkpoint in dir through `edit`.
 template <typename F>
 void rewrite(const mxtest::TempDir& d, F edit) {
-  std::vector<NamedTensor> list;
-  std::vector<OwnedTensor> keep;
-  {
-    TensorStore s = load_safetensors(d / "model.safetensors");
-    for (const auto& n : s.names()) {
-      const Tensor& t = s.get(n);
-      keep.push_back(OwnedTensor::make(t.dtype, t.dims()));
-      std::memcpy(keep.back().t.data, t.data, t.nbytes());
-      list.push_back({n, keep.back().t});
-    }
-  }
-  edit(list, keep);
-  write_safetensors(d / "model.safetensors", list);
+  mxtest::rewrite_checkpoint(d.path().string(), edit);
 }
 
 std::string load_error(const mxtest::TempDir& d) {

@@ -10,6 +10,7 @@
 #include "io/safetensors.h"
 #include "models/model.h"
 #include "models/synthetic.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 using namespace mx;
@@ -30,19 +31,7 @@ class MoeArch : public ::testing::TestWithParam<std::string> {};
 TEST_P(MoeArch, BatchOfSequencesMatchesEachAloneBitwise) {
   mxtest::TempDir d;
   auto m = load_model(make(d, GetParam()));
-  const int V = m->config().vocab_size;
-  const std::vector<int32_t> a = {1, 50, 60, 70}, b = {1, 300, 200, 100, 9, 8, 7, 6, 5};
-  auto la = prompt_logits(*m, a), lb = prompt_logits(*m, b);
-  KVPool pool(m->kv_layout(), 8, 16);
-  SeqKV ka, kb;
-  ASSERT_TRUE(ka.reserve(pool, 16) && kb.reserve(pool, 16));
-  Batch batch;
-  batch.add(&kb, b.data(), int(b.size()), 0, true);
-  batch.add(&ka, a.data(), int(a.size()), 0, true);
-  std::vector<float> out(2 * V);
-  m->forward(batch, pool, out.data());
-  EXPECT_EQ(std::memcmp(out.data(), lb.data(), V * 4), 0);
-  EXPECT_EQ(std::memcmp(out.data() + V, la.data(), V * 4), 0);
+  mxtest::expect_batch_matches_alone(*m, {1, 50, 60, 70}, {1, 300, 200, 100, 9, 8, 7, 6, 5});
 }
 
 TEST_P(MoeArch, ChunkedPrefillIsBitwiseIdentical) {
@@ -101,19 +90,9 @@ TEST(Mtp, MissingMtpTensorIsNamedNotSilentlyDropped) {
   mxtest::TempDir d;
   make(d, "deepseek_v3");
   // Drop the MTP layer's eh_proj (layer index num_hidden_layers = 3).
-  std::vector<NamedTensor> list;
-  std::vector<OwnedTensor> keep;
-  {
-    TensorStore s = load_safetensors(d.path().string());
-    for (const auto& n : s.names()) {
-      if (n == "model.layers.3.eh_proj.weight") continue;
-      const Tensor& t = s.get(n);
-      keep.push_back(OwnedTensor::make(t.dtype, t.dims()));
-      std::memcpy(keep.back().t.data, t.data, t.nbytes());
-      list.push_back({n, keep.back().t});
-    }
-  }
-  write_safetensors(d / "model.safetensors", list);
+  mxtest::rewrite_checkpoint(d.path().string(), [](auto& list, auto&) {
+    std::erase_if(list, [](const NamedTensor& n) { return n.name == "model.layers.3.eh_proj.weight"; });
+  });
   try {
     load_model(d.path().string());
     FAIL() << "loaded a checkpoint whose MTP layer lacks eh_proj";
