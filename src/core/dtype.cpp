@@ -62,15 +62,12 @@ uint16_t f32_to_f16(float f) {
   uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return sign | 0x7e00;          // NaN
   if (a >= 0x477ff000u) return sign | 0x7c00;         // overflow -> inf (RNE boundary 65520)
-  if (a < 0x38800000u) {                              // subnormal or zero in f16
-    if (a < 0x33000000u) return sign;                 // < half of smallest subnormal
-    uint32_t man = (a & 0x7fffff) | 0x800000;
-    int shift = 126 - int(a >> 23);                   // 14..24 (+13 below)
-    uint32_t q = man >> (shift + 1);
-    uint32_t rem = man & ((1u << (shift + 1)) - 1);
-    uint32_t half = 1u << shift;
-    if (rem > half || (rem == half && (q & 1))) ++q;
-    return sign | uint16_t(q);
+  if (a < 0x38800000u) {  // below 2^-14: f16 subnormal (or zero), multiples of 2^-24
+    float af;
+    std::memcpy(&af, &a, 4);
+    // Scaling by 2^24 is exact; nearbyint rounds half to even. 1024 is the
+    // smallest normal (0x0400), which the bit pattern gives naturally.
+    return sign | uint16_t(std::nearbyint(af * 16777216.0f));
   }
   uint32_t r = a + 0xfffu + ((a >> 13) & 1u);         // RNE on the 13 dropped bits
   return sign | uint16_t((r - (112u << 23)) >> 13);

@@ -1,0 +1,88 @@
+// Core: scalar dtype conversions, thread pool coverage, arena bounds.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+using namespace mx;
+
+TEST(DType, Bf16RoundsToNearestEvenAndKeepsNan) {
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f)), 1.0f);
+  // 1 + 2^-8 is exactly halfway between two bf16 values: ties go to even (1.0).
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 0x1p-8f)), 1.0f);
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+  EXPECT_TRUE(std::isinf(bf16_to_f32(f32_to_bf16(INFINITY))));
+}
+
+TEST(DType, F16RoundTripsEveryHalfValue) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = f16_to_f32(uint16_t(h));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f32_to_f16(f), uint16_t(h)) << std::hex << h;
+  }
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(f16_to_f32(f32_to_f16(0x1p-24f)), 0x1p-24f);  // smallest subnormal
+}
+
+TEST(DType, Fp8E4m3MatchesExhaustiveNearestEven) {
+  // Reference: nearest of the 127 finite magnitudes, ties to the even code.
+  auto ref = [](float f) -> uint8_t {
+    if (std::isnan(f)) return 0x7f;
+    const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+    const float a = std::fabs(f);
+    if (a >= 448.0f) return sign | 0x7e;
+    uint8_t best = 0;
+    float be = INFINITY;
+    for (uint8_t c = 0; c < 0x7f; ++c) {
+      const float err = std::fabs(fp8e4m3_to_f32(c) - a);
+      if (err < be || (err == be && !(c & 1))) best = c, be = err;
+    }
+    return sign | best;
+  };
+  for (int c = 0; c < 0x7e; ++c) {  // every value and every midpoint
+    const float v = fp8e4m3_to_f32(uint8_t(c)), next = fp8e4m3_to_f32(uint8_t(c + 1));
+    for (float x : {v, (v + next) / 2, -v, -(v + next) / 2, std::nextafter((v + next) / 2, 0.0f)})
+      EXPECT_EQ(f32_to_fp8e4m3(x), ref(x)) << x;
+  }
+  EXPECT_EQ(f32_to_fp8e4m3(1e9f), 0x7e);
+  EXPECT_EQ(fp8e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_TRUE(std::isnan(fp8e4m3_to_f32(0x7f)));
+}
+
+TEST(ThreadPool, CoversEveryIndexOnceForAnySizeAndGrain) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 2, 7, 100, 1001})
+    for (int64_t grain : {1, 4, 64}) {
+      std::vector<std::atomic<int>> hits(n);
+      pool.parallel_for(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+      }, grain);
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << n << " " << grain << " " << i;
+    }
+}
+
+TEST(ThreadPool, NestedLoopsRunInline) {
+  ThreadPool pool(2);
+  std::atomic<int> total{0};
+  pool.parallel_for(4, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) pool.parallel_for(10, [&](int64_t x, int64_t y) { total += int(y - x); });
+  });
+  EXPECT_EQ(total.load(), 40);
+}
+
+TEST(Arena, OverflowIsAnErrorAndRewindReuses) {
+  Arena a(1024);
+  float* p = a.alloc(100);
+  const size_t m = a.mark();
+  a.alloc(50);
+  a.rewind(m);
+  EXPECT_EQ(a.alloc(50), p + 112);  // 100 floats rounded up to 64-byte alignment
+  EXPECT_THROW(a.alloc(10000), Error);
+}
