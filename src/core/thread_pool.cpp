@@ -72,7 +72,13 @@ void ThreadPool::run(int64_t n, RangeFn fn, int64_t grain) {
   t_in_pool = true;
   do_range(0);
   t_in_pool = false;
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Spin briefly (workers usually finish within microseconds), then yield: on
+  // an oversubscribed machine a descheduled worker needs this core to finish.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0;)
+    if (++spins < 4000)
+      _mm_pause();
+    else
+      std::this_thread::yield();
 }
 
 void set_global_threads(int n) { g_requested_threads = n; }
