@@ -1,4 +1,6 @@
 // CPU kernel throughput: decode GEMV (weights streamed from DRAM), prefill GEMM,
+// for F32, BF16, MXFP4 and block FP8 weights (GEMV GB/s counts the weight bytes
+// read, block scales included: 4.25 bits per element for MXFP4),
 // and STREAM-like memory bandwidth on the same thread pool, so the GEMV GB/s can be
 // read against what the machine's memory delivers.
 //   build/bench_kernels [--benchmark_filter=...]   (MXSERVE_THREADS / MXSERVE_ISA apply)
@@ -28,7 +30,8 @@ benchmark::Counter per_second(double x) {
 }
 
 // Fills a buffer with small pseudo-random values of the given dtype (cheap LCG:
-// initialising hundreds of MiB must not dominate the run).
+// initialising hundreds of MiB must not dominate the run). MXFP4 and F8_E4M3 get
+// random codes (no FP8 NaN codes); their scales are filled by make_scales.
 void fill(void* p, DType dt, int64_t n, uint32_t seed) {
   uint32_t s = seed * 2654435761u + 1;
   auto next = [&] {
@@ -38,14 +41,43 @@ void fill(void* p, DType dt, int64_t n, uint32_t seed) {
   if (dt == DType::F32) {
     float* f = static_cast<float*>(p);
     for (int64_t i = 0; i < n; ++i) f[i] = next();
-  } else {
+  } else if (dt == DType::BF16) {
     uint16_t* h = static_cast<uint16_t*>(p);
     for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(next());
+  } else {
+    uint8_t* b = static_cast<uint8_t*>(p);
+    const size_t bytes = dtype_bytes(dt, n);
+    for (size_t i = 0; i < bytes; ++i) {
+      s = s * 1664525u + 1013904223u;
+      b[i] = uint8_t(s >> 24);
+      if (dt == DType::F8_E4M3 && (b[i] & 0x7f) == 0x7f) b[i] = 0x38;
+    }
   }
+}
+
+// Block scales of a quantized weight (MXFP4: E8M0 bytes near 1; F8_E4M3: 128x128 f32).
+Buffer make_scales(Tensor& t, uint32_t seed) {
+  const int64_t out = t.shape[0], in = t.shape[1];
+  Buffer b;
+  if (t.dtype == DType::MXFP4) {
+    b = Buffer(size_t(out * in / 32));
+    uint8_t* p = static_cast<uint8_t*>(b.data());
+    for (int64_t i = 0; i < out * in / 32; ++i) p[i] = uint8_t(120 + (i * 7 + seed) % 8);
+  } else if (t.dtype == DType::F8_E4M3) {
+    const int64_t n = (out + 127) / 128 * ((in + 127) / 128);
+    b = Buffer(size_t(n) * 4);
+    float* p = static_cast<float*>(b.data());
+    for (int64_t i = 0; i < n; ++i) p[i] = 1e-3f * float(1 + (i + seed) % 7);
+  } else {
+    return b;
+  }
+  t.scales = b.data();
+  return b;
 }
 
 struct Problem {
   std::vector<OwnedTensor> w;  // copies of the weight, cycled through
+  std::vector<Buffer> scales;  // their block scales (quantized dtypes)
   std::vector<float> x, y;
   Problem(DType dt, int64_t out, int64_t in, int64_t n_tokens, size_t min_bytes) {
     const size_t bytes = dtype_bytes(dt, out * in);
@@ -53,6 +85,7 @@ struct Problem {
     for (size_t c = 0; c < copies; ++c) {
       w.push_back(OwnedTensor::make(dt, {out, in}));
       fill(w.back().t.data, dt, out * in, uint32_t(c + 1));
+      scales.push_back(make_scales(w.back().t, uint32_t(c)));
     }
     x.resize(size_t(n_tokens * in));
     fill(x.data(), DType::F32, n_tokens * in, 7);
@@ -69,7 +102,7 @@ void BM_Gemv(benchmark::State& st, DType dt, int64_t out, int64_t in) {
     benchmark::DoNotOptimize(p.y.data());
     benchmark::ClobberMemory();
   }
-  const double bytes = double(dtype_bytes(dt, out * in));
+  const double bytes = double(p.w[0].t.storage_bytes());  // weights + block scales
   st.SetBytesProcessed(int64_t(st.iterations() * bytes));
   st.counters["GB/s"] = per_second(bytes / 1e9);
   st.SetLabel(std::string(isa_name(best_isa())) + ", " + std::to_string(p.w.size()) + " copies");
@@ -98,6 +131,14 @@ GEMV(BF16, 896, 4864);
 GEMV(BF16, 4864, 896);
 GEMV(BF16, 4096, 4096);
 GEMV(BF16, 2048, 8192);
+GEMV(MXFP4, 896, 4864);
+GEMV(MXFP4, 4864, 896);
+GEMV(MXFP4, 4096, 4096);
+GEMV(MXFP4, 2048, 8192);
+GEMV(F8_E4M3, 896, 4864);
+GEMV(F8_E4M3, 4864, 896);
+GEMV(F8_E4M3, 4096, 4096);
+GEMV(F8_E4M3, 2048, 8192);
 
 #define GEMM(dt, out, in)                                           \
   BENCHMARK_CAPTURE(BM_Gemm, dt##_##out##x##in, DType::dt, out, in) \
@@ -106,6 +147,10 @@ GEMM(F32, 4864, 896);
 GEMM(F32, 896, 4864);
 GEMM(BF16, 4864, 896);
 GEMM(BF16, 896, 4864);
+GEMM(MXFP4, 4864, 896);
+GEMM(MXFP4, 896, 4864);
+GEMM(F8_E4M3, 4864, 896);
+GEMM(F8_E4M3, 896, 4864);
 
 // --- STREAM-like bandwidth, parallel over the same pool -------------------------
 

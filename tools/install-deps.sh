@@ -5,6 +5,7 @@ set -euo pipefail
 PKGS=(g++ cmake ninja-build pkg-config
       libfmt-dev nlohmann-json3-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
+      libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
       python3-numpy python3-torch)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -8,7 +8,8 @@ namespace mx::cli {
 
 Command add_make_test_model(CLI::App& app) {
   auto* s = app.add_subcommand("make-test-model",
-                               "Write a random-weight checkpoint with a real family's tensor names");
+                               "Write a random-weight checkpoint with a real family's tensor names, plus a "
+                               "trained byte-level BPE tokenizer and the family's chat template");
   auto spec = std::make_shared<SyntheticSpec>();
   auto out = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>("bf16");
@@ -25,8 +26,8 @@ Command add_make_test_model(CLI::App& app) {
             spec->dtype = *dtype == "f32" ? DType::F32 : DType::BF16;
             spec->max_shard_bytes = *shard_mb << 20;
             int64_t n = write_synthetic_model(*out, *spec);
-            std::fprintf(stderr, "wrote %s %s (%lld parameters) to %s\n", spec->arch.c_str(),
-                         spec->preset.c_str(), (long long)n, out->c_str());
+            std::fprintf(stderr, "wrote %s %s (%lld parameters, tokenizer.json + tokenizer_config.json) to %s\n",
+                         spec->arch.c_str(), spec->preset.c_str(), (long long)n, out->c_str());
             return 0;
           }};
 }

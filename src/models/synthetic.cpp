@@ -5,9 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "io/bpe_trainer.h"
+#include "io/pretokenize.h"
 #include "io/safetensors.h"
 
 using json = nlohmann::json;
@@ -174,6 +177,589 @@ void add_moe(Writer& w, const std::string& p, int hidden, const MoeShape& m, boo
 
 }  // namespace
 
+// ---- tokenizer files (tokenizer.json, tokenizer_config.json, generation_config.json) ----
+
+namespace {
+
+// The families' real chat templates, exactly as their tokenizer_config.json /
+// chat_template.jinja have them (copies with sources: tests/data/chat_templates).
+// tests/data/chat_templates/meta-llama-Llama-3.3-70B-Instruct.jinja
+const char* const kLlama3Template = R"JINJA({{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message + builtin tools #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if builtin_tools is defined or tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{%- if builtin_tools is defined %}
+    {{- "Tools: " + builtin_tools | reject('equalto', 'code_interpreter') | join(", ") + "\n\n"}}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{#- Custom tools are passed in a user message with some extra guidance #}
+{%- if tools_in_user_message and not tools is none %}
+    {#- Extract the first user message so we can plug it in here #}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+{%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- "<|python_tag|>" + tool_call.name + ".call(" }}
+            {%- for arg_name, arg_val in tool_call.arguments | items %}
+                {{- arg_name + '="' + arg_val + '"' }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- endif %}
+                {%- endfor %}
+            {{- ")" }}
+        {%- else  %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- '{"name": "' + tool_call.name + '", ' }}
+            {{- '"parameters": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- "}" }}
+        {%- endif %}
+        {%- if builtin_tools is defined %}
+            {#- This means we're in ipython mode #}
+            {{- "<|eom_id|>" }}
+        {%- else %}
+            {{- "<|eot_id|>" }}
+        {%- endif %}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+)JINJA";
+
+// tests/data/chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja
+const char* const kQwen25Template = R"JINJA({%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\n<tool_call>\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- message.content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+)JINJA";
+
+// tests/data/chat_templates/Qwen-Qwen3-0.6B.jinja
+const char* const kQwen3Template = R"JINJA({%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set content = message.content %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is defined and message.reasoning_content is not none %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in message.content %}
+                {%- set content = message.content.split('</think>')[-1].lstrip('\n') %}
+                {%- set reasoning_content = message.content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- message.content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %})JINJA";
+
+// tests/data/chat_templates/zai-org-GLM-4.5.jinja
+const char* const kGlm45Template = R"JINJA([gMASK]<sop>
+{%- if tools -%}
+<|system|>
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{% for tool in tools %}
+{{ tool | tojson(ensure_ascii=False) }}
+{% endfor %}
+</tools>
+
+For each function call, output the function name and arguments within the following XML format:
+<tool_call>{function-name}
+<arg_key>{arg-key-1}</arg_key>
+<arg_value>{arg-value-1}</arg_value>
+<arg_key>{arg-key-2}</arg_key>
+<arg_value>{arg-value-2}</arg_value>
+...
+</tool_call>{%- endif -%}
+{%- macro visible_text(content) -%}
+    {%- if content is string -%}
+        {{- content }}
+    {%- elif content is iterable and content is not mapping -%}
+        {%- for item in content -%}
+            {%- if item is mapping and item.type == 'text' -%}
+                {{- item.text }}
+            {%- elif item is string -%}
+                {{- item }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{- content }}
+    {%- endif -%}
+{%- endmacro -%}
+{%- set ns = namespace(last_user_index=-1) %}
+{%- for m in messages %}
+    {%- if m.role == 'user' %}
+        {% set ns.last_user_index = loop.index0 -%}
+    {%- endif %}
+{%- endfor %}
+{% for m in messages %}
+{%- if m.role == 'user' -%}<|user|>
+{% set content = visible_text(m.content) %}{{ content }}
+{{- '/nothink' if (enable_thinking is defined and not enable_thinking and not content.endswith("/nothink")) else '' -}}
+{%- elif m.role == 'assistant' -%}
+<|assistant|>
+{%- set reasoning_content = '' %}
+{%- set content = visible_text(m.content) %}
+{%- if m.reasoning_content is string %}
+    {%- set reasoning_content = m.reasoning_content %}
+{%- else %}
+    {%- if '</think>' in content %}
+        {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+        {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+    {%- endif %}
+{%- endif %}
+{%- if loop.index0 > ns.last_user_index and reasoning_content -%}
+{{ '\n<think>' + reasoning_content.strip() +  '</think>'}}
+{%- else -%}
+{{ '\n<think></think>' }}
+{%- endif -%}
+{%- if content.strip() -%}
+{{ '\n' + content.strip() }}
+{%- endif -%}
+{% if m.tool_calls %}
+{% for tc in m.tool_calls %}
+{%- if tc.function %}
+    {%- set tc = tc.function %}
+{%- endif %}
+{{ '\n<tool_call>' + tc.name }}
+{% set _args = tc.arguments %}
+{% for k, v in _args.items() %}
+<arg_key>{{ k }}</arg_key>
+<arg_value>{{ v | tojson(ensure_ascii=False) if v is not string else v }}</arg_value>
+{% endfor %}
+</tool_call>{% endfor %}
+{% endif %}
+{%- elif m.role == 'tool' -%}
+{%- if m.content is string -%}
+{%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+    {{- '<|observation|>' }}
+{%- endif %}
+{{- '\n<tool_response>\n' }}
+{{- m.content }}
+{{- '\n</tool_response>' }}
+{%- else -%}
+<|observation|>{% for tr in m.content %}
+
+<tool_response>
+{{ tr.output if tr.output is defined else tr }}
+</tool_response>{% endfor -%}
+{% endif -%}
+{%- elif m.role == 'system' -%}
+<|system|>
+{{ visible_text(m.content) }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    <|assistant|>{{- '\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' -}}
+{%- endif -%})JINJA";
+
+// tests/data/chat_templates/deepseek-ai-DeepSeek-V3.1.jinja
+const char* const kDeepseekV31Template = R"JINJA({% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}{% if not thinking is defined %}{% set thinking = false %}{% endif %}{% set ns = namespace(is_first=false, is_tool=false, system_prompt='', is_first_sp=true, is_last_user=false) %}{%- for message in messages %}{%- if message['role'] == 'system' %}{%- if ns.is_first_sp %}{% set ns.system_prompt = ns.system_prompt + message['content'] %}{% set ns.is_first_sp = false %}{%- else %}{% set ns.system_prompt = ns.system_prompt + '
+
+' + message['content'] %}{%- endif %}{%- endif %}{%- endfor %}{{ bos_token }}{{ ns.system_prompt }}{%- for message in messages %}{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{%- set ns.is_first = false -%}{%- set ns.is_last_user = true -%}{{'<｜User｜>' + message['content']}}{%- endif %}{%- if message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls'] is not none %}{%- if ns.is_last_user %}{{'<｜Assistant｜></think>'}}{%- endif %}{%- set ns.is_last_user = false -%}{%- set ns.is_first = false %}{%- set ns.is_tool = false -%}{%- for tool in message['tool_calls'] %}{%- if not ns.is_first %}{%- if message['content'] is none %}{{'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜>' + tool['function']['arguments'] + '<｜tool▁call▁end｜>'}}{%- else %}{{message['content'] + '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['function']['name'] + '<｜tool▁sep｜>' + tool['function']['arguments'] + '<｜tool▁call▁end｜>'}}{%- endif %}{%- set ns.is_first = true -%}{%- else %}{{'<｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜>' + tool['function']['arguments'] + '<｜tool▁call▁end｜>'}}{%- endif %}{%- endfor %}{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}{%- endif %}{%- if message['role'] == 'assistant' and (message['tool_calls'] is not defined or message['tool_calls'] is none) %}{%- if ns.is_last_user %}{{'<｜Assistant｜>'}}{%- if message['prefix'] is defined and message['prefix'] and thinking %}{{'<think>'}}  {%- else %}{{'</think>'}}{%- endif %}{%- endif %}{%- set ns.is_last_user = false -%}{%- if ns.is_tool %}{{message['content'] + '<｜end▁of▁sentence｜>'}}{%- set ns.is_tool = false -%}{%- else %}{%- set content = message['content'] -%}{%- if '</think>' in content %}{%- set content = content.split('</think>', 1)[1] -%}{%- endif %}{{content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endif %}{%- if message['role'] == 'tool' %}{%- set ns.is_last_user = false -%}{%- set ns.is_tool = true -%}{{'<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}{%- endfor -%}{%- if add_generation_prompt and ns.is_last_user and not ns.is_tool %}{{'<｜Assistant｜>'}}{%- if not thinking %}{{'</think>'}}{%- else %}{{'<think>'}}{%- endif %}{% endif %})JINJA";
+
+struct SpecialTok {
+  const char* text;
+  bool special;  // HF "special": control token (false: user-defined, e.g. Qwen's <tool_call>)
+};
+
+struct TokFamily {
+  const char* name;
+  std::vector<SpecialTok> specials;  // in id order, right after the learned merges
+  std::vector<PreSplit> pre;
+  bool nfc = false, ignore_merges = false;
+  const char* bos;                   // config.json bos_token_id
+  bool bos_in_tokenizer_config;      // tokenizer_config.json names it as bos_token
+  bool add_bos;                      // the post-processor prepends it
+  const char* eos_token;             // tokenizer_config.json eos_token
+  std::vector<const char*> eos;      // config.json eos_token_id
+  const char* pad;                   // pad_token, or null
+  const char* reserved_fmt;          // unused padding tokens
+  int reserved_first;
+  const char* chat_template;
+  const char* tokenizer_class;
+};
+
+const TokFamily& tok_family(const std::string& arch) {
+  static const std::vector<SpecialTok> qwen25 = {
+      {"<|endoftext|>", true}, {"<|im_start|>", true}, {"<|im_end|>", true}, {"<|object_ref_start|>", true},
+      {"<|object_ref_end|>", true}, {"<|box_start|>", true}, {"<|box_end|>", true}, {"<|quad_start|>", true},
+      {"<|quad_end|>", true}, {"<|vision_start|>", true}, {"<|vision_end|>", true}, {"<|vision_pad|>", true},
+      {"<|image_pad|>", true}, {"<|video_pad|>", true}, {"<tool_call>", false}, {"</tool_call>", false},
+      {"<|fim_prefix|>", false}, {"<|fim_middle|>", false}, {"<|fim_suffix|>", false}, {"<|fim_pad|>", false},
+      {"<|repo_name|>", false}, {"<|file_sep|>", false},
+  };
+  static const std::vector<SpecialTok> qwen3 = [] {
+    std::vector<SpecialTok> v = qwen25;
+    for (const char* t : {"<tool_response>", "</tool_response>", "<think>", "</think>"}) v.push_back({t, false});
+    return v;
+  }();
+  static const TokFamily llama{
+      "Llama-3.1",
+      {{"<|begin_of_text|>", true}, {"<|end_of_text|>", true}, {"<|reserved_special_token_0|>", true},
+       {"<|reserved_special_token_1|>", true}, {"<|finetune_right_pad_id|>", true},
+       {"<|reserved_special_token_2|>", true}, {"<|start_header_id|>", true}, {"<|end_header_id|>", true},
+       {"<|eom_id|>", true}, {"<|eot_id|>", true}, {"<|python_tag|>", true}},
+      {PreSplit::Llama3}, false, true,
+      "<|begin_of_text|>", true, true, "<|eot_id|>", {"<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"}, nullptr,
+      "<|reserved_special_token_{}|>", 3, kLlama3Template, "PreTrainedTokenizerFast"};
+  static const TokFamily qwen2{
+      "Qwen2.5", qwen25, {PreSplit::Qwen2}, true, false,
+      "<|endoftext|>", false, false, "<|im_end|>", {"<|im_end|>", "<|endoftext|>"}, "<|endoftext|>",
+      "<|reserved_{}|>", 0, kQwen25Template, "Qwen2Tokenizer"};
+  static const TokFamily qwen3_f{
+      "Qwen3", qwen3, {PreSplit::Qwen2}, true, false,
+      "<|endoftext|>", false, false, "<|im_end|>", {"<|im_end|>", "<|endoftext|>"}, "<|endoftext|>",
+      "<|reserved_{}|>", 0, kQwen3Template, "Qwen2Tokenizer"};
+  static const TokFamily glm{
+      "GLM-4.5",
+      {{"<|endoftext|>", true}, {"[MASK]", true}, {"[gMASK]", true}, {"[sMASK]", true}, {"<sop>", true},
+       {"<eop>", true}, {"<|system|>", true}, {"<|user|>", true}, {"<|assistant|>", true},
+       {"<|observation|>", true}, {"<|begin_of_image|>", true}, {"<|end_of_image|>", true},
+       {"<|begin_of_video|>", true}, {"<|end_of_video|>", true}, {"<|begin_of_audio|>", true},
+       {"<|end_of_audio|>", true}, {"<|begin_of_transcription|>", true}, {"<|end_of_transcription|>", true},
+       {"<|code_prefix|>", true}, {"<|code_middle|>", true}, {"<|code_suffix|>", true}, {"<think>", true},
+       {"</think>", true}, {"<tool_call>", true}, {"</tool_call>", true}, {"<tool_response>", true},
+       {"</tool_response>", true}, {"<arg_key>", true}, {"</arg_key>", true}, {"<arg_value>", true},
+       {"</arg_value>", true}, {"/nothink", true}},
+      {PreSplit::Llama3}, false, false,
+      "[gMASK]", false, false, "<|endoftext|>", {"<|endoftext|>", "<|user|>", "<|observation|>"}, "<|endoftext|>",
+      "<|reserved_{}|>", 0, kGlm45Template, "PreTrainedTokenizerFast"};
+  static const TokFamily deepseek{
+      "DeepSeek-V3.1",
+      {{"<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", true},
+       {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", true},
+       {"<\xef\xbd\x9c\xe2\x96\x81pad\xe2\x96\x81\xef\xbd\x9c>", true},
+       {"<\xef\xbd\x9cUser\xef\xbd\x9c>", false}, {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", false},
+       {"<think>", false}, {"</think>", false},
+       {"<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9ctool\xe2\x96\x81outputs\xe2\x96\x81" "begin\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9ctool\xe2\x96\x81outputs\xe2\x96\x81" "end\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9ctool\xe2\x96\x81output\xe2\x96\x81" "begin\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9ctool\xe2\x96\x81output\xe2\x96\x81" "end\xef\xbd\x9c>", false},
+       {"<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>", false}},
+      {PreSplit::Digits1to3, PreSplit::CjkDeepseek3, PreSplit::Deepseek3}, false, false,
+      "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", true, true,
+      "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+      {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
+      "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+      "<\xef\xbd\x9creserved\xe2\x96\x81{}\xef\xbd\x9c>", 0, kDeepseekV31Template, "LlamaTokenizerFast"};
+  if (arch == "llama") return llama;
+  if (arch == "qwen2") return qwen2;
+  if (arch == "qwen3" || arch == "qwen3_moe") return qwen3_f;
+  if (arch == "glm4_moe") return glm;
+  if (arch == "deepseek_v3") return deepseek;
+  fail("make-test-model: no tokenizer family for arch '{}'", arch);
+}
+
+std::string jstr(const std::string& s) { return json(s).dump(); }
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+  MX_CHECK(bool(out), "cannot write {}", p.string());
+}
+
+}  // namespace
+
+SyntheticTokenizerInfo write_synthetic_tokenizer(const std::string& dir, const std::string& arch, int vocab_size,
+                                                 int max_length) {
+  const TokFamily& f = tok_family(arch);
+  const size_t V = size_t(vocab_size), S = f.specials.size();
+  MX_CHECK(vocab_size > 0 && V >= 256 + S, "make-test-model: vocab_size {} is too small for the {} tokenizer ({} "
+           "byte tokens + {} special tokens)", vocab_size, f.name, 256, S);
+
+  // Merges learned from the corpus with the family's own pre-tokenizer, as many
+  // as fit below the special tokens; the corpus supports about two thousand.
+  BpeTrainOptions o;
+  o.pre = f.pre;
+  o.nfc = f.nfc;
+  o.max_tokens = V - S;
+  BpeVocab bpe = train_bpe(bpe_builtin_corpus(), o);
+  const size_t learned = bpe.tokens.size(), reserved = V - S - learned;
+
+  std::vector<std::pair<std::string, bool>> added;  // ids learned, learned + 1, ...
+  for (const SpecialTok& t : f.specials) added.emplace_back(t.text, t.special);
+  for (size_t i = 0; i < reserved; ++i)
+    added.emplace_back(fmt::format(fmt::runtime(f.reserved_fmt), f.reserved_first + int(i)), true);
+  std::unordered_map<std::string, int32_t> ids;
+  for (size_t i = 0; i < bpe.tokens.size(); ++i) ids.emplace(bpe.tokens[i], int32_t(i));
+  for (size_t i = 0; i < added.size(); ++i) {
+    bool fresh = ids.emplace(added[i].first, int32_t(learned + i)).second;
+    MX_CHECK(fresh, "make-test-model: token '{}' is in the vocabulary twice", added[i].first);
+  }
+  auto id = [&](const char* t) { return ids.at(t); };
+
+  // tokenizer.json, written by hand: vocabularies of 150k tokens are too big
+  // for a tree of json objects.
+  json pre_steps = json::array();
+  for (PreSplit s : f.pre)
+    pre_steps.push_back({{"type", "Split"}, {"pattern", {{"Regex", pre_split_regex(s)}}}, {"behavior", "Isolated"},
+                         {"invert", false}});
+  pre_steps.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}});
+  json post = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}};
+  if (f.add_bos) {
+    const std::string b = f.bos;
+    post = {{"type", "TemplateProcessing"},
+            {"single", {{{"SpecialToken", {{"id", b}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+            {"pair",
+             {{{"SpecialToken", {{"id", b}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+              {{"SpecialToken", {{"id", b}, {"type_id", 1}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+            {"special_tokens", {{b, {{"id", b}, {"ids", {id(f.bos)}}, {"tokens", {b}}}}}}};
+  }
+  std::string tj;
+  tj.reserve(64 * V + 4096);
+  tj += "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [";
+  for (size_t i = 0; i < added.size(); ++i)
+    tj += fmt::format("{}\n    {{\"id\": {}, \"content\": {}, \"single_word\": false, \"lstrip\": false, \"rstrip\": "
+                      "false, \"normalized\": false, \"special\": {}}}",
+                      i ? "," : "", learned + i, jstr(added[i].first), added[i].second ? "true" : "false");
+  tj += "\n  ],\n  \"normalizer\": ";
+  tj += f.nfc ? R"({"type": "NFC"})" : "null";
+  tj += ",\n  \"pre_tokenizer\": " + json({{"type", "Sequence"}, {"pretokenizers", pre_steps}}).dump();
+  tj += ",\n  \"post_processor\": " + post.dump();
+  tj += ",\n  \"decoder\": " +
+        json({{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}).dump();
+  tj += fmt::format(",\n  \"model\": {{\n    \"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, "
+                    "\"continuing_subword_prefix\": null, \"end_of_word_suffix\": null, \"fuse_unk\": false, "
+                    "\"byte_fallback\": false, \"ignore_merges\": {},\n    \"vocab\": {{",
+                    f.ignore_merges ? "true" : "false");
+  for (size_t i = 0; i < bpe.tokens.size(); ++i) tj += fmt::format("{}\n      {}: {}", i ? "," : "", jstr(bpe.tokens[i]), i);
+  tj += "\n    },\n    \"merges\": [";
+  for (size_t i = 0; i < bpe.merges.size(); ++i)
+    tj += fmt::format("{}\n      [{}, {}]", i ? "," : "", jstr(bpe.merges[i].first), jstr(bpe.merges[i].second));
+  tj += "\n    ]\n  }\n}\n";
+
+  SyntheticTokenizerInfo info;
+  info.bos_id = id(f.bos);
+  for (const char* e : f.eos) info.eos_ids.push_back(id(e));
+  info.pad_id = f.pad ? id(f.pad) : -1;
+  info.learned_merges = bpe.merges.size();
+  info.reserved = reserved;
+
+  // tokenizer_config.json: what transformers' AutoTokenizer reads beside it.
+  json tc = json::object();
+  if (f.add_bos) {
+    tc["add_bos_token"] = true;
+    tc["add_eos_token"] = false;
+  }
+  tc["bos_token"] = f.bos_in_tokenizer_config ? json(f.bos) : json(nullptr);
+  tc["chat_template"] = f.chat_template;
+  tc["clean_up_tokenization_spaces"] = false;
+  tc["eos_token"] = f.eos_token;
+  tc["model_max_length"] = max_length;
+  tc["pad_token"] = f.pad ? json(f.pad) : json(nullptr);
+  tc["tokenizer_class"] = f.tokenizer_class;
+  tc["unk_token"] = nullptr;
+
+  json gen = {{"bos_token_id", info.bos_id}, {"do_sample", false}};
+  gen["eos_token_id"] = info.eos_ids.size() == 1 ? json(info.eos_ids[0]) : json(info.eos_ids);
+  if (info.pad_id >= 0) gen["pad_token_id"] = info.pad_id;
+
+  fs::create_directories(dir);
+  write_text(fs::path(dir) / "tokenizer.json", tj);
+  write_text(fs::path(dir) / "tokenizer_config.json", tc.dump(2) + "\n");
+  write_text(fs::path(dir) / "generation_config.json", gen.dump(2) + "\n");
+  return info;
+}
+
 int64_t write_synthetic_model(const std::string& dir, const SyntheticSpec& spec) {
   MX_CHECK(spec.dtype == DType::F32 || spec.dtype == DType::BF16,
            "synthetic models are F32 or BF16, not {}", dtype_name(spec.dtype));
@@ -189,6 +775,7 @@ int64_t write_synthetic_model(const std::string& dir, const SyntheticSpec& spec)
   else if (arch == "qwen3_moe") arch_hf = "Qwen3MoeForCausalLM", qk_norm = true;
   else fail("make-test-model: unknown arch '{}' (llama, qwen2, qwen3, glm4_moe, deepseek_v3, qwen3_moe)", arch);
   const Shape s = moe ? moe_model_shape(spec.preset) : preset_shape(spec.preset);
+  const SyntheticTokenizerInfo tok = write_synthetic_tokenizer(dir, arch, s.vocab, s.ctx);
 
   json cfg = {
       {"architectures", {arch_hf}},
@@ -205,10 +792,11 @@ int64_t write_synthetic_model(const std::string& dir, const SyntheticSpec& spec)
       {"rope_theta", arch == "llama" ? 500000.0 : arch == "deepseek_v3" ? 10000.0 : 1000000.0},
       {"hidden_act", "silu"},
       {"tie_word_embeddings", tied},
-      {"bos_token_id", 1},
-      {"eos_token_id", 2},
+      {"bos_token_id", tok.bos_id},
+      {"eos_token_id", tok.eos_ids.size() == 1 ? json(tok.eos_ids[0]) : json(tok.eos_ids)},
       {"torch_dtype", spec.dtype == DType::F32 ? "float32" : "bfloat16"},
   };
+  if (tok.pad_id >= 0) cfg["pad_token_id"] = tok.pad_id;
   if (arch == "llama") {
     cfg["attention_bias"] = false;
     cfg["mlp_bias"] = false;

@@ -24,7 +24,11 @@ uint8_t f32_to_e2m1(float v) {
 namespace {
 int spec_shared_exp(float amax) {
   if (amax == 0.0f || !std::isfinite(amax)) return amax == 0.0f ? -127 : 128;
-  int e = int(std::floor(std::log2(amax))) - 2;  // emax of E2M1 is 2
+  // floor(log2(amax)) exactly: amax = f * 2^k with f in [0.5, 1). (std::log2 rounds
+  // up to the next integer just below a power of two, e.g. log2f(128 - ulp) == 7.)
+  int k;
+  std::frexp(amax, &k);
+  const int e = (k - 1) - 2;  // emax of E2M1 is 2
   return e < -127 ? -127 : e;
 }
 
@@ -41,8 +45,12 @@ float block_error(const float* x, int e) {
 
 uint8_t quantize_block(const float* x, uint8_t* packed, ScaleRule rule) {
   float amax = 0;
-  for (int i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  int e = spec_shared_exp(amax);
+  bool finite = true;  // (fmax alone would skip a NaN element)
+  for (int i = 0; i < kBlock; ++i) {
+    amax = std::fmax(amax, std::fabs(x[i]));
+    finite = finite && std::isfinite(x[i]);
+  }
+  int e = finite ? spec_shared_exp(amax) : 128;
   if (e > 127) {  // inf/NaN in the block: the scale is NaN, elements zero
     for (int i = 0; i < kBlock / 2; ++i) packed[i] = 0;
     return 0xFF;

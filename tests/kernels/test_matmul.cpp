@@ -157,7 +157,8 @@ TEST(Matmul, UnsupportedDtypeIsError) {
   uint16_t w[4] = {};
   float x[2] = {1, 2}, y[2];
   for (Isa isa : supported_isas())
-    for (DType dt : {DType::F16, DType::I8, DType::F8_E4M3})
+    // (F8_E4M3 and MXFP4 have kernels: test_matmul_quant.cpp; MXFP4 here lacks scales.)
+    for (DType dt : {DType::F16, DType::I8, DType::MXFP4})
       EXPECT_THROW(matmul_isa(isa, y, x, Tensor(dt, {2, 2}, w), 1, pool1()), Error)
           << dtype_name(dt);
   EXPECT_THROW(matmul(y, x, Tensor(DType::F16, {2, 2}, w), 1, pool1()), Error);

@@ -3,6 +3,8 @@
 // kernels (matmul.cpp scalar, matmul_avx2.cpp, matmul_avx512.cpp).
 //
 // Accumulation scheme (the batch-invariance argument; see matmul.h):
+//
+// F32 / BF16 / F8_E4M3 weights:
 //   Each ISA has a vector width V (scalar 8 "lanes" in an array, AVX2 8, AVX-512 16).
 //   Every output y[t,o] owns exactly ONE V-lane accumulator, starting at +0.
 //   For k = 0, 1, ... over the full V-element chunks of the row, in increasing k:
@@ -14,66 +16,166 @@
 //   (hsum in each kernel file: lane l + lane l + V/2, recursively).
 //   Scalar: acc[l] += w * x (separate multiply and add: the baseline ISA has no FMA),
 //   the partial chunk just skips the missing lanes, and the tree is AVX2's.
-//   A kernel tile computes several outputs at once (several rows and/or tokens),
-//   but each output still sees exactly this sequence of operations, so the tile
-//   shape, the tile an output lands in, n_tokens and the thread split (always by
-//   output row) cannot change its bits. Different ISAs give different bits.
-//   Only explicit intrinsics are used for the float math in the SIMD files, so
-//   compiler FMA contraction cannot make one code path differ from another.
+//   F8_E4M3: W[o, i] is formed in f32 as fp8_to_f32(w) * scale[o/128][i/128], one
+//   rounding, exactly as quant/dequantize.cpp does (the block scale is applied to
+//   each 128-column block of weights, once per weight vector, before the FMAs), so
+//   an FP8 matmul is bitwise the F32 matmul of the dequantized weight on each ISA.
+//
+// MXFP4 weights (int8 dot products, identical bits on every ISA):
+//   Activations are quantized per token row, per 32-block b: s_b = amax_b / 127,
+//   q_i = round_nearest_even(x_i * (127 / amax_b)) (int8, |q| <= 127); all-zero
+//   block: s = 0, q = 0; a block holding inf/NaN: s = NaN, q = 0.
+//   Weights: E2M1 code -> 2 * value as an integer (0, +-1, +-2, +-3, +-4, +-6, +-8,
+//   +-12), scale byte e -> 2^(e - 127) (NaN for 0xFF; 0, i.e. 2^-127, is flushed to 0:
+//   see mx_scale), so the block's factor is 2^(e-127) * (s_b / 2) = 2^(e-128) * s_b.
+//   d_b = sum_i (2 w_i) q_i is an exact integer (|d_b| <= 32 * 12 * 127), so the
+//   lane layout of the integer dot product cannot matter. Each output owns 16 f32
+//   lanes starting at +0; block b goes to lane b % 16, in increasing b:
+//       acc[b % 16] = fma(float(d_b) * 2^(e_b - 127), s_b / 2, acc[b % 16])
+//   (float(d_b) * 2^k is exact), then the 16 lanes are reduced by the AVX-512 tree
+//   (l + l+8, l + l+4, l + l+2, l + l+1). Scalar, AVX2 and AVX-512 all perform
+//   exactly these IEEE operations (the SIMD kernels hold the lanes permuted within
+//   each 16-block group and undo the permutation before the tree), and the
+//   activation quantizer is shared, so MXFP4 results are bitwise identical across
+//   ISAs. Blocks past the end of a row (the row is padded to 16 blocks) add +0.
+//
+// Tiles: a kernel tile computes several outputs at once (several rows and/or
+//   tokens), but each output still sees exactly its own sequence of operations, so
+//   the tile shape (the KernelConfig the registry picks), the tile an output lands
+//   in, n_tokens and the thread split (always by output row) cannot change its
+//   bits. Only explicit intrinsics are used for the float math in the SIMD files,
+//   so compiler FMA contraction cannot make one code path differ from another.
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
+#include <span>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/registry.h"
 
 namespace mx::matmul_detail {
+
+// MXFP4 activations, quantized once per matmul call (see above). Per token:
+// q holds 32 int8 per block, grouped by 4 blocks: [evens of blocks 4g..4g+3 (16 each)
+// | odds of those 4 blocks], matching the weights' low/high nibbles; blocks are
+// padded to a multiple of 16 (q = 0, s = 0, sum12 = 0). s (= s_b / 2) and sum12
+// (= 12 * sum q over the block) are stored per 16-block group in the kernel's lane
+// order: position p of group G holds block 16 G + order[p] (DtypeKernels::mx_order).
+struct QuantAct {
+  const int8_t* q = nullptr;   // [n_tokens][q_stride]
+  const float* s = nullptr;    // [n_tokens][nbp]
+  const int32_t* sum12 = nullptr;  // [n_tokens][nbp]
+  int64_t nbp = 0;             // blocks per row, padded to a multiple of 16
+  int64_t q_stride = 0;        // bytes per token row of q (nbp * 32)
+};
 
 struct Args {
   float* y;        // [n_tokens, out]
   const float* x;  // [n_tokens, in]
-  const void* w;   // [out, in], F32 or BF16
+  const void* w;   // [out, in]: F32, BF16, F8_E4M3 bytes, or MXFP4 packed [out, in/2]
   int64_t n_tokens, out, in;
+  const void* scales = nullptr;  // MXFP4: E8M0 [out, in/32]; F8_E4M3: f32 blocks or null
+  int64_t scale_cols = 0;        // F8_E4M3: ceil(in / 128)
+  const QuantAct* qa = nullptr;  // MXFP4 activations
+  int64_t x_row_bytes = 0;       // bytes of one token's activations as the kernel reads them
+  int64_t chunk_bytes = 256 << 10;  // GEMM: activations kept in cache per chunk of tokens
+  int64_t rowblock_bytes = 0;       // GEMM: weights kept in L2 per block of rows (0: all)
+  int64_t w_row_bytes = 0;          // bytes of one weight row, scales included
+  int prefetch = 0;              // GEMV prefetch distance, bytes per row
 };
 
 // Computes y[t, o] for all t and o in [r0, r1).
 using RowsFn = void (*)(const Args& a, int64_t r0, int64_t r1);
+// Computes one tile, starting at token t0 and row r0.
+using TileFn = void (*)(const Args& a, int64_t t0, int64_t r0);
 
-struct Kernels {
-  RowsFn f32 = nullptr;
-  RowsFn bf16 = nullptr;
-  // Row granularity at which the kernel tiles best; the thread split aligns to it.
-  int64_t row_block = 1;
+struct Gemv {
+  int rows;
+  TileFn fn;  // 1 token x `rows` rows
+};
+struct Gemm {
+  int tokens, rows;
+  TileFn full, tok1, row1, one;  // tokens x rows, 1 x rows, tokens x 1, 1 x 1
 };
 
+// Quantizes one token row of activations for the MXFP4 kernels (QuantAct layout);
+// inv_order[b] is block b's lane position within its 16-block group. Every ISA's
+// version performs the same IEEE operations (matmul_impl.h), so the same bits.
+using MxQuantRowFn = void (*)(const float* x, int64_t in, int64_t nbp, const uint8_t* inv_order,
+                              int8_t* q, float* s, int32_t* sum12);
+
+// The kernels of one weight dtype on one ISA: either a plain RowsFn (scalar, no
+// tunables) or tile variants a KernelConfig chooses between. Element 0 of each
+// list is the kernel's own default.
+struct DtypeKernels {
+  RowsFn rows = nullptr;
+  std::span<const Gemv> gemv;
+  std::span<const Gemm> gemm;
+  // MXFP4 only: lane position p of a 16-block group holds block order[p] (null:
+  // natural order); the activation quantizer stores s and sum12 in this order.
+  const uint8_t* mx_order = nullptr;
+  MxQuantRowFn mx_quant = nullptr;  // MXFP4 only; null: the portable (SSE2) quantizer
+  bool ok() const { return rows || (!gemv.empty() && !gemm.empty()); }
+};
+
+struct Kernels {
+  DtypeKernels f32, bf16, mxfp4, fp8;
+};
+
+// Tiles chosen for one call.
+struct Plan {
+  const Gemv* gemv;
+  const Gemm* gemm;
+  int64_t row_block;  // the thread split aligns to it
+};
+
+inline Plan make_plan(const DtypeKernels& k, const KernelConfig& c) {
+  Plan p{&k.gemv[0], &k.gemm[0], 1};
+  for (const Gemv& g : k.gemv)
+    if (g.rows == c.gemv_rows) p.gemv = &g;
+  for (const Gemm& g : k.gemm)
+    if (g.tokens == c.tile_tokens && g.rows == c.tile_rows) p.gemm = &g;
+  p.row_block = std::lcm<int64_t>(p.gemv->rows, p.gemm->rows);
+  return p;
+}
+
 // The loop nest shared by the SIMD kernels, over rows [r0, r1) and all tokens.
-// Tiles only group outputs (see above), so the loop order is free to follow the
-// caches. P is a per-ISA policy:
-//   gemv_rows, tile_tok, tile_rows: tile shapes;
-//   P::gemv(a, t, r0): token t, rows [r0, r0 + gemv_rows);
-//   P::template tile<TT, R>(a, t0, r0): tokens [t0, t0 + TT), rows [r0, r0 + R).
-template <class P>
-void drive_rows(const Args& a, int64_t r0, int64_t r1) {
+// Tiles only group outputs (see above), so the loop order is free to follow the caches.
+inline void drive_rows(const Args& a, const Plan& p, int64_t r0, int64_t r1) {
   const int64_t n = a.n_tokens;
+  const Gemm& g = *p.gemm;
   int64_t r = r0;
-  if (n < P::tile_tok) {
+  if (n < g.tokens) {
     // Decode: stream each block of weight rows once; it stays in L1/L2 across tokens.
-    for (; r + P::gemv_rows <= r1; r += P::gemv_rows)
-      for (int64_t t = 0; t < n; ++t) P::gemv(a, t, r);
+    const int R = p.gemv->rows;
+    for (; r + R <= r1; r += R)
+      for (int64_t t = 0; t < n; ++t) p.gemv->fn(a, t, r);
   } else {
-    // Prefill: tokens in chunks whose activations (256 KiB) stay in L2 while every
-    // row block of this range streams past them; without this, long batches re-read
-    // x from DRAM once per row block (measured: 2x slower at 1024 tokens x 4864).
-    // A multiple of tile_tok, so only the last chunk has a partial tile.
-    constexpr int64_t kChunkBytes = 256 << 10;
+    // Prefill: tokens in chunks whose activations (a.chunk_bytes) stay in cache
+    // while every row block of this range streams past them; without this, long
+    // batches re-read x from DRAM once per row block (measured: 2x slower at 1024
+    // tokens x 4864). A multiple of g.tokens, so only the last chunk has a partial tile.
     const int64_t chunk = std::max<int64_t>(
-        P::tile_tok, kChunkBytes / (std::max<int64_t>(a.in, 1) * 4) / P::tile_tok * P::tile_tok);
-    const int64_t r_full = r0 + (r1 - r0) / P::tile_rows * P::tile_rows;
-    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-      const int64_t c1 = std::min(n, c0 + chunk);
-      for (r = r0; r < r_full; r += P::tile_rows) {
-        int64_t t = c0;
-        for (; t + P::tile_tok <= c1; t += P::tile_tok)
-          P::template tile<P::tile_tok, P::tile_rows>(a, t, r);
-        for (; t < c1; ++t) P::template tile<1, P::tile_rows>(a, t, r);
+        g.tokens, a.chunk_bytes / std::max<int64_t>(a.x_row_bytes, 1) / g.tokens * g.tokens);
+    const int64_t r_full = r0 + (r1 - r0) / g.rows * g.rows;
+    // With an L1-sized token chunk, rows go in blocks of ~a.rowblock_bytes of weights
+    // that stay in L2 while every chunk passes (else each chunk re-reads all of this
+    // range's weights from L3 or DRAM).
+    const int64_t rows_blk =
+        a.rowblock_bytes > 0
+            ? std::max<int64_t>(g.rows, a.rowblock_bytes / std::max<int64_t>(a.w_row_bytes, 1) / g.rows * g.rows)
+            : std::max<int64_t>(r_full - r0, 1);
+    for (int64_t b0 = r0; b0 < r_full; b0 += rows_blk) {
+      const int64_t b1 = std::min(r_full, b0 + rows_blk);
+      for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+        const int64_t c1 = std::min(n, c0 + chunk);
+        for (r = b0; r < b1; r += g.rows) {
+          int64_t t = c0;
+          for (; t + g.tokens <= c1; t += g.tokens) g.full(a, t, r);
+          for (; t < c1; ++t) g.tok1(a, t, r);
+        }
       }
     }
     r = r_full;
@@ -81,13 +183,37 @@ void drive_rows(const Args& a, int64_t r0, int64_t r1) {
   // Rows left over by the block shape: one row at a time.
   for (; r < r1; ++r) {
     int64_t t = 0;
-    for (; t + P::tile_tok <= n; t += P::tile_tok) P::template tile<P::tile_tok, 1>(a, t, r);
-    for (; t < n; ++t) P::template tile<1, 1>(a, t, r);
+    for (; t + g.tokens <= n; t += g.tokens) g.row1(a, t, r);
+    for (; t < n; ++t) g.one(a, t, r);
   }
 }
 
+// Gemm entry of a policy P with P::template tile<TT, R>(a, t0, r0).
+template <class P, int TT, int R>
+constexpr Gemm gemm_of() {
+  return {TT, R, &P::template tile<TT, R>, &P::template tile<1, R>, &P::template tile<TT, 1>,
+          &P::template tile<1, 1>};
+}
+
 Kernels scalar_kernels();
-Kernels avx2_kernels();
-Kernels avx512_kernels();
+Kernels avx2_kernels(bool avx_vnni);  // avx_vnni: use AVX-VNNI for the MXFP4 int8 dots
+Kernels avx512_kernels();  // MXFP4 needs AVX512-VNNI, else it takes AVX2's
+
+// MXFP4 weight scale byte -> 2^(e-127), 0xFF -> NaN, and 0 (2^-127, a subnormal) -> 0:
+// the scalar form of what every kernel computes. Flushing costs nothing numerically
+// (such a block's values are below 2^-124) and keeps subnormal operands, which take
+// a slow path on some CPUs (measured 2x here), out of the kernels: scale bytes past a
+// row's end are 0 as well.
+inline float mx_scale(uint8_t e) {
+  const uint32_t bits = e == 0 ? 0u : e == 0xFF ? 0x7FC00000u : uint32_t(e) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Runs one matmul with explicit kernels and config (the dispatcher's core; tests
+// use it to reach kernel variants the dispatcher would not pick on this CPU).
+void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w,
+                 int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg);
 
 }  // namespace mx::matmul_detail

@@ -1,0 +1,140 @@
+// mxserve serve: the OpenAI-compatible HTTP server (server/http_server.h).
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "io/tokenizer.h"
+#include "models/model.h"
+#include "server/http_server.h"
+
+namespace mx::cli {
+
+namespace {
+struct ServeArgs {
+  std::string model, tokenizer, served_name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int threads = 0;
+  int http_threads = 0;
+  int shutdown_timeout = 30;
+  int max_body_mb = 8;
+  bool no_prefix_cache = false;
+  EngineOptions engine;
+};
+
+std::string default_name(const std::string& path) {
+  std::filesystem::path p(path);
+  if (!p.has_filename()) p = p.parent_path();  // "dir/"
+  std::string name = p.filename().string();
+  if (p.extension() == ".bin") name = p.stem().string();
+  return name.empty() ? "model" : name;
+}
+}  // namespace
+
+Command add_serve(CLI::App& app) {
+  auto* s = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
+  auto a = std::make_shared<ServeArgs>();
+  s->add_option("--model", a->model, "Model directory (config.json + safetensors [+ tokenizer.json]) or llama2.c .bin")
+      ->required();
+  s->add_option("--tokenizer", a->tokenizer, "tokenizer.json to use (default: the model directory's, if any)");
+  s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
+  s->add_option("--port", a->port, "Port (0: any free port, printed at start)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  s->add_option("--served-model-name", a->served_name, "Model name clients send (default: the model's file name)");
+  s->add_option("--max-running", a->engine.max_running, "Requests decoding at once")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  s->add_option("--max-queue", a->engine.max_queue, "Waiting requests beyond which the server answers 429")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  s->add_option("--kv-blocks", a->engine.kv_blocks, "KV cache blocks (0: enough for max-running full contexts, "
+                                                    "at most 1 GiB)")
+      ->check(CLI::Range(0, 1 << 26))
+      ->capture_default_str();
+  s->add_option("--step-tokens", a->engine.step_tokens, "Token budget of one engine step")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  s->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not share prompt KV between requests");
+  s->add_option("--threads", a->threads, "Compute threads (default: all cores)")->check(CLI::Range(1, 1024));
+  s->add_option("--http-threads", a->http_threads,
+                "Connections served at once (default: max-running + max-queue + 8, at most 1024)")
+      ->check(CLI::Range(1, 4096));
+  s->add_option("--max-body-mb", a->max_body_mb, "Largest request body, MiB (larger: 413)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  s->add_option("--shutdown-timeout", a->shutdown_timeout,
+                "Seconds SIGINT/SIGTERM waits for in-flight requests before cancelling them")
+      ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
+  return {s, [a] {
+            // Signals go to one waiting thread; every thread started from here on inherits the mask.
+            sigset_t sigs;
+            sigemptyset(&sigs);
+            sigaddset(&sigs, SIGINT);
+            sigaddset(&sigs, SIGTERM);
+            pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+            if (a->threads) set_global_threads(a->threads);
+            a->engine.prefix_cache = !a->no_prefix_cache;
+            std::string tok_path = a->tokenizer;
+            if (tok_path.empty() && std::filesystem::is_directory(a->model) &&
+                std::filesystem::exists(std::filesystem::path(a->model) / "tokenizer.json"))
+              tok_path = (std::filesystem::path(a->model) / "tokenizer.json").string();
+            std::unique_ptr<Tokenizer> tok;
+            if (!tok_path.empty()) tok = load_tokenizer_hf(tok_path);
+
+            auto model = load_model(a->model);
+            const ModelConfig& c = model->config();
+            if (tok)
+              MX_CHECK(tok->vocab_size <= size_t(c.vocab_size),
+                       "the tokenizer ({} tokens) does not fit the model's vocabulary of {}", tok->vocab_size,
+                       c.vocab_size);
+            Engine engine(std::move(model), a->engine);
+
+            server::ServerOptions so;
+            so.host = a->host;
+            so.port = a->port;
+            so.served_model_name = a->served_name.empty() ? default_name(a->model) : a->served_name;
+            so.max_body_bytes = size_t(a->max_body_mb) << 20;
+            so.kv_block_size = a->engine.block_size;
+            if (std::filesystem::is_directory(a->model)) so.model_dir = a->model;
+            so.http_threads = a->http_threads
+                                  ? a->http_threads
+                                  : std::min(1024, a->engine.max_running + a->engine.max_queue + 8);
+            server::HttpServer http(engine, tok.get(), so);
+            const int port = http.bind();
+            engine.start();
+
+            std::atomic<bool> signalled{false};
+            std::thread waiter([&] {
+              int sig = 0;
+              sigwait(&sigs, &sig);
+              signalled = true;
+              std::fprintf(stderr, "mxserve: %s: finishing %d in-flight request(s) (at most %d s)\n",
+                           sig == SIGINT ? "SIGINT" : "SIGTERM", http.in_flight(), a->shutdown_timeout);
+              http.shutdown(std::chrono::seconds(a->shutdown_timeout));
+            });
+            std::fprintf(stderr, "mxserve: serving '%s' on http://%s:%d (%s)\n", so.served_model_name.c_str(),
+                         so.host.c_str(), port,
+                         tok ? ("tokenizer " + tok_path).c_str() : "no tokenizer: token-id prompts only");
+            std::fflush(stderr);
+            http.run();
+            if (!signalled) pthread_kill(waiter.native_handle(), SIGTERM);  // run() ended on its own
+            waiter.join();
+            engine.stop();
+            std::fprintf(stderr, "mxserve: stopped\n");
+            return 0;
+          }};
+}
+
+}  // namespace mx::cli

@@ -1,0 +1,76 @@
+#pragma once
+// Tuned-kernel registry: (op, weight dtype, out, in, isa) -> the tile shapes and
+// prefetch distance a kernel runs with. Entries come from a committed table
+// (kernels/cpu/tuned_configs.cpp, produced by build/tune_kernels) covering the
+// synthetic models' shapes, plus one generic default per (op, dtype, isa) (a table
+// row with out = in = 0).
+//
+// A config only regroups the outputs a kernel computes at once and where it
+// prefetches; it never changes any output's arithmetic (matmul_impl.h), so the
+// batch-invariance contract holds whichever config a shape gets.
+//
+// Looking up a shape that is not in the table falls back to the generic default:
+// one warning per distinct key on stderr, kernel_fallback_count() and the key's
+// entry in untuned_shapes() count every such call, and in strict mode
+// (set_strict_kernels, the CLI's --strict-kernels) the call throws mx::Error
+// naming the shape instead. Lookups are cached per thread (lock-free after the
+// first call for a key), so the matmul paths consult the registry on every call.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+
+namespace mx {
+
+struct KernelConfig {
+  int gemv_rows = 8;    // weight rows per decode (GEMV) tile, which streams each row once
+  int tile_tokens = 4;  // GEMM tile: tokens ...
+  int tile_rows = 6;    //   ... x weight rows, all kept in registers
+  int prefetch = 1024;  // GEMV software prefetch distance, bytes ahead on each row (0: none)
+  bool operator==(const KernelConfig&) const = default;
+};
+
+// One row of the committed table. out == in == 0: the generic default of (op, dtype, isa).
+struct TunedEntry {
+  const char* op;
+  DType dtype;
+  int64_t out, in;
+  Isa isa;
+  KernelConfig cfg;
+};
+
+// The committed table (kernels/cpu/tuned_configs.cpp).
+std::span<const TunedEntry> tuned_table();
+
+// The config to run (op, dtype, out, in) with on isa. Untuned shapes: see above.
+const KernelConfig& kernel_config(std::string_view op, DType dtype, int64_t out, int64_t in,
+                                  Isa isa);
+
+// Pure queries, no warning or counting: the table's entry for exactly this shape
+// (nullptr if none), and the generic default used for shapes not in the table.
+const KernelConfig* find_tuned_config(std::string_view op, DType dtype, int64_t out, int64_t in,
+                                      Isa isa);
+KernelConfig default_kernel_config(std::string_view op, DType dtype, Isa isa);
+
+void set_strict_kernels(bool strict);
+bool strict_kernels();
+
+// Calls that ran (or, in strict mode, refused to run) with an untuned shape.
+uint64_t kernel_fallback_count();
+
+struct UntunedShape {
+  std::string op;
+  DType dtype;
+  int64_t out, in;
+  Isa isa;
+  uint64_t calls;    // lookups of this key so far
+  std::string str() const;  // "matmul MXFP4 [out=896, in=4864] avx512"
+};
+// Every distinct untuned key looked up so far, in first-seen order (for /metrics).
+std::vector<UntunedShape> untuned_shapes();
+
+}  // namespace mx

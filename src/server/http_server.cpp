@@ -1,0 +1,597 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/error.h"
+#include "io/tokenizer.h"
+#include "kernels/registry.h"
+#include "server/openai_api.h"
+#include "server/text_stream.h"
+
+namespace mx::server {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+void send_error(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  if (e.status == 429) res.set_header("Retry-After", "1");
+  send_error(res, e.status, error_body(e));
+}
+
+// One engine event, tagged with the choice it belongs to.
+struct Event {
+  int choice;
+  TokenEvent ev;
+};
+
+// Engine thread -> HTTP thread. The engine's callbacks hold it by shared_ptr,
+// so it outlives whichever side finishes first.
+struct Channel {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Event> q;
+  bool wake_each = true;  // wake the reader per event; else only on final events
+  void push(Event e) {
+    const bool wake = wake_each || e.ev.finished;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      q.push_back(std::move(e));
+    }
+    if (wake) cv.notify_one();
+  }
+  std::vector<Event> take(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait_for(lk, timeout, [&] { return !q.empty(); });
+    std::vector<Event> out;
+    out.swap(q);
+    return out;
+  }
+};
+
+struct Choice {
+  uint64_t engine_id = 0;
+  bool live = false;  // submitted to the engine and not finished there as far as we know
+  bool done = false;
+  std::unique_ptr<TextStream> text;
+  std::string finish_reason;
+  std::string full_text;          // non-streamed: the whole text
+  std::string delta;              // streamed: text not yet sent
+  std::vector<int32_t> tokens;    // every token accepted
+  std::vector<float> logprobs;    // per token when asked
+  std::vector<size_t> offsets;    // byte offset of each token's text in the completion
+  size_t raw_bytes = 0;
+  size_t sent_tokens = 0;         // streamed: tokens already in a chunk
+  int prompt_tokens = 0, cached_tokens = 0;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Engine& engine;
+  const Tokenizer* tok;
+  ServerOptions opts;
+  ApiContext ctx;
+  std::vector<int32_t> extra_stop_ids;  // tokenizer end-of-generation ids the model config lacks
+  std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
+  httplib::Server svr;
+  int port = -1;
+  int listen_fd = -1;
+
+  std::atomic<bool> draining{false}, stopped{false}, run_started{false}, run_done{false};
+  std::mutex live_mu;
+  std::condition_variable live_cv;
+  int active = 0;                 // generation requests in flight (guarded by live_mu)
+  std::set<uint64_t> live_ids;    // engine ids of unfinished choices
+
+  // Keeps `active` counted while a request (or its stream) is alive.
+  struct ActiveGuard {
+    Impl* impl;
+    explicit ActiveGuard(Impl* i) : impl(i) {
+      std::lock_guard<std::mutex> lk(impl->live_mu);
+      ++impl->active;
+    }
+    ~ActiveGuard() {
+      {
+        std::lock_guard<std::mutex> lk(impl->live_mu);
+        --impl->active;
+      }
+      impl->live_cv.notify_all();
+    }
+  };
+
+  struct Job {
+    ApiRequest req;
+    std::shared_ptr<Channel> ch = std::make_shared<Channel>();
+    std::vector<Choice> choices;
+    std::string id;
+    int64_t created = 0;
+    Clock::time_point arrival;
+    int remaining = 0;
+    std::unique_ptr<ActiveGuard> guard;
+  };
+
+  Impl(Engine& e, const Tokenizer* t, ServerOptions o) : engine(e), tok(t), opts(std::move(o)) {
+    const ModelConfig& c = engine.config();
+    ctx.tokenizer = tok;
+    ctx.served_model_name = opts.served_model_name;
+    ctx.model_dir = opts.model_dir;
+    ctx.context_length = int(c.max_position_embeddings);
+    ctx.kv_capacity = int(std::min<int64_t>(int64_t(engine.metrics().kv_blocks_total) * opts.kv_block_size,
+                                            std::numeric_limits<int>::max()));
+    if (tok)
+      for (int32_t id : tok->eog_ids)
+        if (id >= 0 && id < c.vocab_size &&
+            std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
+          extra_stop_ids.push_back(id);
+    setup_routes();
+  }
+
+  // ------------------------------------------------------------------ jobs
+
+  void forget(Choice& c) {
+    if (!c.live) return;
+    c.live = false;
+    std::lock_guard<std::mutex> lk(live_mu);
+    live_ids.erase(c.engine_id);
+  }
+
+  // The client is gone (or the request failed part-way): cancel what still runs.
+  void cancel_unfinished(Job& job) {
+    for (auto& c : job.choices)
+      if (c.live) {
+        engine.cancel(c.engine_id);
+        if (!c.done) finish_choice(c, "abort");
+        forget(c);
+      }
+  }
+
+  void submit_all(Job& job) {
+    const ApiRequest& r = job.req;
+    job.choices.resize(r.prompts.size());
+    job.remaining = int(r.prompts.size());
+    for (size_t i = 0; i < r.prompts.size(); ++i) {
+      Choice& c = job.choices[i];
+      c.text = std::make_unique<TextStream>(tok, r.stop);
+      GenerationRequest g;
+      g.prompt = r.prompts[i];
+      g.sampling = r.sampling;
+      g.max_tokens = r.max_tokens[i];
+      g.stop_ids = r.stop_token_ids;
+      if (!r.ignore_eos) g.stop_ids.insert(g.stop_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
+      g.ignore_eos = r.ignore_eos;
+      g.logprobs = r.logprobs ? 1 : 0;
+      struct Timing {
+        Clock::time_point arrival, last;
+        bool first = true;
+      };
+      auto timing = std::make_shared<Timing>();
+      timing->arrival = job.arrival;
+      auto cb = [ch = job.ch, idx = int(i), m = metrics, timing](const TokenEvent& ev) {
+        const auto now = Clock::now();
+        if (ev.token >= 0) {
+          if (timing->first)
+            m->ttft.observe(seconds(now - timing->arrival));
+          else
+            m->inter_token.observe(seconds(now - timing->last));
+          timing->first = false;
+          timing->last = now;
+        }
+        if (ev.finished) m->request_duration.observe(seconds(now - timing->arrival));
+        ch->push(Event{idx, ev});
+      };
+      try {
+        c.engine_id = engine.submit(std::move(g), cb);
+      } catch (const Engine::QueueFull& e) {
+        cancel_unfinished(job);
+        throw ApiError(429, std::string("the server is at capacity: ") + e.what() + "; retry later", "",
+                       "rate_limit_exceeded", "rate_limit_error");
+      } catch (const Error& e) {
+        cancel_unfinished(job);
+        std::string msg = e.what();
+        const bool ctx_len = msg.find("exceeds") != std::string::npos;
+        throw ApiError(400, msg, r.kind == ApiKind::Chat ? "messages" : "prompt",
+                       ctx_len ? "context_length_exceeded" : "");
+      }
+      c.live = true;
+      std::lock_guard<std::mutex> lk(live_mu);
+      live_ids.insert(c.engine_id);
+    }
+  }
+
+  void finish_choice(Choice& c, const std::string& reason) {
+    c.done = true;
+    c.finish_reason = reason;
+    metrics->count_finish(reason);
+    forget(c);
+  }
+
+  // Applies one engine event to its choice.
+  void apply(Job& job, const Event& e) {
+    Choice& c = job.choices[size_t(e.choice)];
+    if (c.done) return;  // e.g. the abort that follows our cancel after a stop string
+    const TokenEvent& ev = e.ev;
+    c.prompt_tokens = ev.prompt_tokens;
+    c.cached_tokens = ev.cached_tokens;
+    if (ev.token >= 0) {
+      c.tokens.push_back(ev.token);
+      c.offsets.push_back(c.raw_bytes);
+      if (tok) c.raw_bytes += tok->token_piece(ev.token).size();
+      if (job.req.logprobs) c.logprobs.push_back(ev.logprob);
+      std::string d = c.text->push(ev.token);
+      c.delta += d;
+      c.full_text += d;
+      if (c.text->stopped()) {
+        engine.cancel(c.engine_id);
+        finish_choice(c, "stop");
+        --job.remaining;
+        return;
+      }
+    }
+    if (ev.finished) {
+      std::string d = c.text->finish();
+      c.delta += d;
+      c.full_text += d;
+      std::string reason = ev.finish_reason;
+      if (reason != "stop" && reason != "length" && reason != "abort") reason = "error";
+      finish_choice(c, reason);
+      --job.remaining;
+    }
+  }
+
+  std::string token_string(int32_t id) const {
+    if (!tok) return "token_id:" + std::to_string(id);
+    return sanitize_utf8(tok->token_piece(id));
+  }
+
+  json logprobs_json(const Job& job, const Choice& c, size_t from, size_t to) const {
+    if (!job.req.logprobs) return json();
+    if (job.req.kind == ApiKind::Chat) {
+      json content = json::array();
+      for (size_t i = from; i < to; ++i) {
+        json bytes = json::array();
+        if (tok)
+          for (unsigned char b : tok->token_piece(c.tokens[i])) bytes.push_back(int(b));
+        content.push_back({{"token", token_string(c.tokens[i])},
+                           {"logprob", c.logprobs[i]},
+                           {"bytes", bytes},
+                           {"top_logprobs", json::array()}});
+      }
+      return json{{"content", content}, {"refusal", nullptr}};
+    }
+    json toks = json::array(), lps = json::array(), offs = json::array();
+    for (size_t i = from; i < to; ++i) {
+      toks.push_back(token_string(c.tokens[i]));
+      lps.push_back(c.logprobs[i]);
+      offs.push_back(c.offsets[i]);
+    }
+    return json{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", nullptr}, {"text_offset", offs}};
+  }
+
+  json usage_of(const Job& job) const {
+    int64_t p = 0, g = 0, cached = 0;
+    for (const auto& c : job.choices) {
+      p += c.prompt_tokens ? c.prompt_tokens : int64_t(job.req.prompts[&c - job.choices.data()].size());
+      g += int64_t(c.tokens.size());
+      cached += c.cached_tokens;
+    }
+    return usage_json(p, g, cached);
+  }
+
+  json response_json(const Job& job) const {
+    const bool chat = job.req.kind == ApiKind::Chat;
+    json choices = json::array();
+    for (size_t i = 0; i < job.choices.size(); ++i) {
+      const Choice& c = job.choices[i];
+      json ch = {{"index", i}};
+      if (chat)
+        ch["message"] = {{"role", "assistant"}, {"content", c.full_text}};
+      else
+        ch["text"] = c.full_text;
+      ch["logprobs"] = logprobs_json(job, c, 0, c.tokens.size());
+      ch["finish_reason"] = c.finish_reason;
+      ch["token_ids"] = c.tokens;
+      choices.push_back(std::move(ch));
+    }
+    return json{{"id", job.id},
+                {"object", chat ? "chat.completion" : "text_completion"},
+                {"created", job.created},
+                {"model", job.req.model},
+                {"choices", choices},
+                {"usage", usage_of(job)}};
+  }
+
+  json chunk_base(const Job& job) const {
+    return json{{"id", job.id},
+                {"object", job.req.kind == ApiKind::Chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", job.created},
+                {"model", job.req.model}};
+  }
+
+  // A stream chunk with choice i's unsent text and tokens (and its finish reason when done).
+  json choice_chunk(const Job& job, Choice& c, size_t i, bool first_chat_chunk = false) const {
+    json ch = {{"index", i}};
+    if (job.req.kind == ApiKind::Chat) {
+      json delta = json::object();
+      if (first_chat_chunk) {
+        delta["role"] = "assistant";
+        delta["content"] = "";
+      } else if (!c.delta.empty()) {
+        delta["content"] = c.delta;
+      }
+      ch["delta"] = delta;
+    } else {
+      ch["text"] = c.delta;
+    }
+    const size_t to = first_chat_chunk ? c.sent_tokens : c.tokens.size();
+    ch["logprobs"] = first_chat_chunk ? json() : logprobs_json(job, c, c.sent_tokens, to);
+    ch["finish_reason"] = (c.done && !first_chat_chunk) ? json(c.finish_reason) : json();
+    ch["token_ids"] = std::vector<int32_t>(c.tokens.begin() + long(c.sent_tokens), c.tokens.begin() + long(to));
+    if (!first_chat_chunk) {
+      c.delta.clear();
+      c.sent_tokens = to;
+    }
+    json chunk = chunk_base(job);
+    chunk["choices"] = json::array({ch});
+    if (job.req.include_usage) chunk["usage"] = nullptr;
+    return chunk;
+  }
+
+  // Runs a non-streamed job to the end.
+  void run_blocking(Job& job) {
+    while (job.remaining > 0)
+      for (const Event& e : job.ch->take(std::chrono::milliseconds(200))) apply(job, e);
+  }
+
+  // Streams a job over SSE; false when the client went away.
+  bool run_stream(Job& job, httplib::DataSink& sink) {
+    auto last_write = Clock::now();
+    auto send = [&](const std::string& s) {
+      last_write = Clock::now();
+      return sink.write(s.data(), s.size());
+    };
+    auto send_json = [&](const json& j) { return send("data: " + dump(j) + "\n\n"); };
+    auto gone = [&] {
+      cancel_unfinished(job);
+      return false;
+    };
+    if (job.req.kind == ApiKind::Chat)
+      for (size_t i = 0; i < job.choices.size(); ++i)
+        if (!send_json(choice_chunk(job, job.choices[i], i, true))) return gone();
+    while (job.remaining > 0) {
+      std::vector<Event> evs = job.ch->take(std::chrono::milliseconds(100));
+      if (evs.empty()) {
+        if (!sink.is_writable()) return gone();
+        if (Clock::now() - last_write > std::chrono::seconds(opts.keepalive_seconds) && !send(": keep-alive\n\n"))
+          return gone();
+        continue;
+      }
+      std::vector<char> touched(job.choices.size(), 0);
+      for (const Event& e : evs) {
+        const bool was_done = job.choices[size_t(e.choice)].done;
+        apply(job, e);
+        if (!was_done) touched[size_t(e.choice)] = 1;
+      }
+      for (size_t i = 0; i < job.choices.size(); ++i) {
+        Choice& c = job.choices[i];
+        if (!touched[i]) continue;
+        const bool new_tokens = c.tokens.size() > c.sent_tokens;
+        // With a tokenizer, tokens without text yet ride along with the next text.
+        if (c.done || !c.delta.empty() || (!tok && new_tokens))
+          if (!send_json(choice_chunk(job, c, i))) return gone();
+      }
+    }
+    if (job.req.include_usage) {
+      json u = chunk_base(job);
+      u["choices"] = json::array();
+      u["usage"] = usage_of(job);
+      if (!send_json(u)) return gone();
+    }
+    if (!send("data: [DONE]\n\n")) return gone();
+    sink.done();
+    return true;
+  }
+
+  // ------------------------------------------------------------------ routes
+
+  void handle_generate(const httplib::Request& http, httplib::Response& res, ApiKind kind) {
+    try {
+      if (draining) throw ApiError(503, "the server is shutting down", "", "", "server_error");
+      if (http.body.size() > opts.max_body_bytes)
+        throw ApiError(413, fmt::format("the request body exceeds the limit of {} bytes", opts.max_body_bytes));
+      auto job = std::make_shared<Job>();
+      job->arrival = Clock::now();
+      job->guard = std::make_unique<ActiveGuard>(this);
+      const json body = parse_body(http.body);
+      try {
+        job->req = kind == ApiKind::Chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
+      } catch (const ApiError&) {
+        throw;
+      } catch (const Error& e) {  // e.g. the tokenizer refusing input
+        throw ApiError(400, e.what());
+      }
+      job->id = make_id(kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-");
+      job->created = int64_t(std::time(nullptr));
+      // Non-streamed requests wake their thread only at the end, unless a stop string must be watched.
+      job->ch->wake_each = job->req.stream || !job->req.stop.empty();
+      submit_all(*job);
+      if (!job->req.stream) {
+        run_blocking(*job);
+        res.set_content(dump(response_json(*job)), "application/json");
+        return;
+      }
+      res.set_header("Cache-Control", "no-cache");
+      res.set_header("X-Accel-Buffering", "no");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [this, job](size_t, httplib::DataSink& sink) {
+            try {
+              return run_stream(*job, sink);
+            } catch (const std::exception& e) {  // nothing can be answered any more: end the stream
+              std::fprintf(stderr, "mxserve: stream %s failed: %s\n", job->id.c_str(), e.what());
+              cancel_unfinished(*job);
+              return false;
+            }
+          },
+          [this, job](bool) { cancel_unfinished(*job); });
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  }
+
+  json model_json() const {
+    return json{{"id", opts.served_model_name},
+                {"object", "model"},
+                {"created", int64_t(std::time(nullptr))},
+                {"owned_by", "mxserve"},
+                {"max_model_len", ctx.context_length}};
+  }
+
+  void setup_routes() {
+    svr.new_task_queue = [n = std::max(1, opts.http_threads)] { return new httplib::ThreadPool(size_t(n)); };
+    svr.set_payload_max_length(opts.max_body_bytes);
+    // httplib listens with a backlog of 5: a burst of connections overflows it and
+    // the dropped SYNs are retried only after a second. Keep the socket to widen it.
+    svr.set_socket_options([this](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      listen_fd = int(sock);
+    });
+    svr.set_tcp_nodelay(true);  // SSE chunks are small writes: no Nagle delay (40 ms per chunk with delayed ACKs)
+    svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) {
+      handle_generate(q, r, ApiKind::Completion);
+    });
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) {
+      handle_generate(q, r, ApiKind::Chat);
+    });
+    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
+      r.set_content(dump(json{{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");
+    });
+    svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& q, httplib::Response& r) {
+      if (q.matches[1] == opts.served_model_name)
+        r.set_content(dump(model_json()), "application/json");
+      else
+        send_error(r, 404,
+                   error_body(fmt::format("The model '{}' does not exist", std::string(q.matches[1])),
+                              "invalid_request_error", "model", "model_not_found"));
+    });
+    svr.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+      if (draining) {
+        send_error(r, 503, error_body("the server is shutting down", "server_error"));
+        return;
+      }
+      r.set_content(R"({"status":"ok"})", "application/json");
+    });
+    svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+      r.set_content(metrics->render(engine.metrics(), kernel_fallback_count()), "text/plain; version=0.0.4");
+    });
+    // Fills in the OpenAI error body for what httplib answers itself (404 route, 413 payload, 400 unreadable).
+    svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& q, httplib::Response& r) {
+      if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      std::string msg, code;
+      switch (r.status) {
+        case 404:
+          msg = fmt::format("no route for {} {}", q.method, q.path);
+          code = "not_found";
+          break;
+        case 413:
+          msg = fmt::format("the request body exceeds the limit of {} bytes", opts.max_body_bytes);
+          break;
+        default:
+          msg = fmt::format("the request could not be processed (HTTP {})", r.status);
+      }
+      r.set_content(dump(error_body(msg, r.status >= 500 ? "server_error" : "invalid_request_error", "", code)),
+                    "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    svr.set_exception_handler([](const httplib::Request&, httplib::Response& r, std::exception_ptr ep) {
+      std::string msg = "internal error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        msg = std::string("internal error: ") + e.what();
+      } catch (...) {
+      }
+      send_error(r, 500, error_body(msg, "server_error"));
+    });
+    svr.set_logger([this](const httplib::Request&, const httplib::Response& r) { metrics->count_http(r.status); });
+  }
+};
+
+HttpServer::HttpServer(Engine& engine, const Tokenizer* tokenizer, ServerOptions opts)
+    : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(opts))) {}
+
+HttpServer::~HttpServer() {
+  if (impl_->run_started && !impl_->run_done) shutdown(std::chrono::milliseconds(0));
+}
+
+int HttpServer::bind() {
+  Impl& m = *impl_;
+  if (m.opts.port == 0) {
+    m.port = m.svr.bind_to_any_port(m.opts.host);
+  } else {
+    m.port = m.svr.bind_to_port(m.opts.host, m.opts.port) ? m.opts.port : -1;
+  }
+  MX_CHECK(m.port > 0, "cannot listen on {}:{} (address in use, or not an address of this machine)", m.opts.host,
+           m.opts.port);
+  if (m.listen_fd >= 0) ::listen(m.listen_fd, SOMAXCONN);
+  return m.port;
+}
+
+void HttpServer::run() {
+  Impl& m = *impl_;
+  MX_CHECK(m.port > 0, "HttpServer::run: bind() first");
+  m.run_started = true;
+  if (!m.stopped) m.svr.listen_after_bind();
+  m.run_done = true;
+}
+
+void HttpServer::shutdown(std::chrono::milliseconds drain) {
+  Impl& m = *impl_;
+  m.draining = true;
+  {
+    std::unique_lock<std::mutex> lk(m.live_mu);
+    if (!m.live_cv.wait_for(lk, drain, [&] { return m.active == 0; })) {
+      const std::set<uint64_t> ids = m.live_ids;
+      lk.unlock();
+      for (uint64_t id : ids) m.engine.cancel(id);
+      lk.lock();
+      m.live_cv.wait_for(lk, std::chrono::seconds(5), [&] { return m.active == 0; });
+    }
+  }
+  m.stopped = true;
+  while (m.run_started && !m.run_done) {
+    m.svr.stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+int HttpServer::port() const { return impl_->port; }
+
+int HttpServer::in_flight() const {
+  std::lock_guard<std::mutex> lk(impl_->live_mu);
+  return impl_->active;
+}
+
+ServerMetrics& HttpServer::metrics() { return *impl_->metrics; }
+
+}  // namespace mx::server

@@ -1,0 +1,342 @@
+#include "server/openai_api.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/error.h"
+#include "io/tokenizer.h"
+#include "server/chat_prompt.h"
+
+namespace mx::server {
+
+using nlohmann::json;
+
+ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_,
+                   std::string type_)
+    : std::runtime_error(message),
+      status(status_),
+      type(std::move(type_)),
+      param(std::move(param_)),
+      code(std::move(code_)) {}
+
+json error_body(const std::string& message, const std::string& type, const std::string& param,
+                const std::string& code) {
+  json e;
+  e["message"] = message;
+  e["type"] = type;
+  e["param"] = param.empty() ? json() : json(param);
+  e["code"] = code.empty() ? json() : json(code);
+  return json{{"error", e}};
+}
+
+json error_body(const ApiError& e) { return error_body(e.what(), e.type, e.param, e.code); }
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json parse_body(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    std::string what = e.what();
+    const size_t p = what.find("] ");
+    throw ApiError(400, "invalid JSON in the request body: " + (p == std::string::npos ? what : what.substr(p + 2)));
+  }
+  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return j;
+}
+
+std::string make_id(const std::string& prefix) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t base = [] {
+    std::random_device rd;
+    return (uint64_t(rd()) << 32) ^ rd() ^
+           uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  }();
+  uint64_t x = base + 0x9E3779B97F4A7C15ull * ++counter;  // splitmix64
+  auto mix = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  return prefix + fmt::format("{:016x}{:08x}", mix(x), uint32_t(mix(x + 1)));
+}
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  return json{{"prompt_tokens", prompt_tokens},
+              {"completion_tokens", completion_tokens},
+              {"total_tokens", prompt_tokens + completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+}
+
+namespace {
+
+bool has(const json& b, const char* key) { return b.contains(key) && !b[key].is_null(); }
+
+double get_number(const json& b, const char* key, double def) {
+  if (!has(b, key)) return def;
+  const json& v = b[key];
+  if (!v.is_number()) throw ApiError(400, fmt::format("'{}' must be a number", key), key);
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) throw ApiError(400, fmt::format("'{}' must be finite", key), key);
+  return d;
+}
+
+int64_t get_int(const json& b, const char* key, int64_t def) {
+  if (!has(b, key)) return def;
+  const json& v = b[key];
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {  // 16.0 is an integer too
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return int64_t(d);
+  }
+  throw ApiError(400, fmt::format("'{}' must be an integer", key), key);
+}
+
+bool get_bool(const json& b, const char* key, bool def) {
+  if (!has(b, key)) return def;
+  if (!b[key].is_boolean()) throw ApiError(400, fmt::format("'{}' must be a boolean", key), key);
+  return b[key].get<bool>();
+}
+
+uint64_t random_seed() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t base = [] {
+    std::random_device rd;
+    return (uint64_t(rd()) << 32) ^ rd();
+  }();
+  uint64_t z = base + 0x9E3779B97F4A7C15ull * ++counter;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void check_model(const json& b, const ApiContext& ctx, ApiRequest& r) {
+  if (!has(b, "model")) {
+    r.model = ctx.served_model_name;
+    return;
+  }
+  if (!b["model"].is_string()) throw ApiError(400, "'model' must be a string", "model");
+  r.model = b["model"].get<std::string>();
+  if (r.model != ctx.served_model_name)
+    throw ApiError(404, fmt::format("The model '{}' does not exist (this server serves '{}')", r.model,
+                                    ctx.served_model_name),
+                   "model", "model_not_found");
+}
+
+// Fields shared by both endpoints: sampling, stop, stream, n, ...
+void parse_common(const json& b, const ApiContext& ctx, ApiRequest& r) {
+  const int64_t n = get_int(b, "n", 1);
+  if (n != 1)
+    throw ApiError(400, fmt::format("n = {} is not supported: only n = 1 (one choice per prompt) is", n), "n");
+
+  SamplingParams& s = r.sampling;
+  s.temperature = float(get_number(b, "temperature", 1.0));
+  s.top_p = float(get_number(b, "top_p", 1.0));
+  const int64_t top_k = get_int(b, "top_k", 0);
+  if (top_k < -1 || top_k > std::numeric_limits<int>::max())
+    throw ApiError(400, "'top_k' must be -1 or 0 (off) or a positive integer", "top_k");
+  s.top_k = top_k < 0 ? 0 : int(top_k);
+  s.min_p = float(get_number(b, "min_p", 0.0));
+  s.presence_penalty = float(get_number(b, "presence_penalty", 0.0));
+  s.frequency_penalty = float(get_number(b, "frequency_penalty", 0.0));
+  s.repetition_penalty = float(get_number(b, "repetition_penalty", 1.0));
+  s.seed = has(b, "seed") ? uint64_t(get_int(b, "seed", 0)) : random_seed();
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    std::string msg = e.what(), param;
+    if (msg.rfind("sampling: ", 0) == 0) {
+      msg = msg.substr(10);
+      param = msg.substr(0, msg.find(' '));
+    }
+    throw ApiError(400, msg, param);
+  }
+
+  if (has(b, "stop")) {
+    const json& st = b["stop"];
+    if (st.is_string()) {
+      r.stop.push_back(st.get<std::string>());
+    } else if (st.is_array()) {
+      if (st.size() > 4) throw ApiError(400, "'stop' may hold at most 4 strings", "stop");
+      for (const auto& x : st) {
+        if (!x.is_string()) throw ApiError(400, "'stop' must be a string or an array of strings", "stop");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      throw ApiError(400, "'stop' must be a string or an array of strings", "stop");
+    }
+    for (const auto& x : r.stop)
+      if (x.empty()) throw ApiError(400, "'stop' strings must not be empty", "stop");
+    if (!r.stop.empty() && !ctx.tokenizer)
+      throw ApiError(400, "stop strings need a tokenizer and this model has none; use stop_token_ids", "stop");
+  }
+  if (has(b, "stop_token_ids")) {
+    const json& st = b["stop_token_ids"];
+    if (!st.is_array()) throw ApiError(400, "'stop_token_ids' must be an array of token ids", "stop_token_ids");
+    for (const auto& x : st) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > std::numeric_limits<int32_t>::max())
+        throw ApiError(400, "'stop_token_ids' must be an array of token ids", "stop_token_ids");
+      r.stop_token_ids.push_back(int32_t(x.get<int64_t>()));
+    }
+  }
+  r.ignore_eos = get_bool(b, "ignore_eos", false);
+  r.stream = get_bool(b, "stream", false);
+  if (has(b, "stream_options")) {
+    const json& so = b["stream_options"];
+    if (!r.stream)
+      throw ApiError(400, "'stream_options' is only allowed when 'stream' is true", "stream_options");
+    if (!so.is_object()) throw ApiError(400, "'stream_options' must be an object", "stream_options");
+    r.include_usage = get_bool(so, "include_usage", false);
+  }
+  if (has(b, "logit_bias") && !(b["logit_bias"].is_object() && b["logit_bias"].empty()))
+    throw ApiError(400, "'logit_bias' is not supported", "logit_bias");
+}
+
+void resolve_max_tokens(const json& b, const char* key, int def, const ApiContext& ctx, ApiRequest& r) {
+  const bool given = has(b, key);
+  const int64_t v = get_int(b, key, def);
+  if (given && v < 1) throw ApiError(400, fmt::format("'{}' must be at least 1, got {}", key, v), key);
+  if (v > std::numeric_limits<int>::max()) throw ApiError(400, fmt::format("'{}' is too large", key), key);
+  const int64_t limit = ctx.kv_capacity > 0 ? std::min(ctx.context_length, ctx.kv_capacity) : ctx.context_length;
+  for (const auto& p : r.prompts) {
+    const int64_t room = limit - int64_t(p.size());
+    if (room < 1)
+      throw ApiError(400,
+                     limit < ctx.context_length
+                         ? fmt::format("the prompt ({} tokens) leaves no room to generate in the KV cache's {} "
+                                       "tokens per sequence",
+                                       p.size(), limit)
+                         : fmt::format("the prompt ({} tokens) leaves no room to generate in the model's context of "
+                                       "{} tokens",
+                                       p.size(), ctx.context_length),
+                     r.kind == ApiKind::Chat ? "messages" : "prompt", "context_length_exceeded");
+    if (given && int64_t(p.size()) + v > ctx.context_length)
+      throw ApiError(400,
+                     fmt::format("the prompt ({} tokens) + {} ({}) = {} tokens exceeds the model's context of {} "
+                                 "tokens",
+                                 p.size(), key, v, int64_t(p.size()) + v, ctx.context_length),
+                     key, "context_length_exceeded");
+    // Defaults are cut to what fits; explicit values are not.
+    r.max_tokens.push_back(int(given ? v : std::min<int64_t>(v, room)));
+  }
+}
+
+std::vector<int32_t> token_array(const json& a, const char* param) {
+  std::vector<int32_t> ids;
+  ids.reserve(a.size());
+  for (const auto& x : a) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      throw ApiError(400, fmt::format("'{}' token ids must be non-negative integers", param), param);
+    ids.push_back(int32_t(x.get<int64_t>()));
+  }
+  return ids;
+}
+
+std::vector<int32_t> encode_text(const ApiContext& ctx, const std::string& text, const char* param) {
+  if (!ctx.tokenizer) throw ApiError(400, "this model has no tokenizer; send token ids", param);
+  return ctx.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+}  // namespace
+
+ApiRequest parse_completion_request(const json& b, const ApiContext& ctx) {
+  ApiRequest r;
+  r.kind = ApiKind::Completion;
+  check_model(b, ctx, r);
+  if (!b.contains("prompt")) throw ApiError(400, "'prompt' is required", "prompt");
+  const json& p = b["prompt"];
+  const char* kShape = "'prompt' must be a string, an array of strings, an array of token ids or an array of "
+                       "token-id arrays";
+  if (p.is_string()) {
+    r.prompts.push_back(encode_text(ctx, p.get<std::string>(), "prompt"));
+  } else if (p.is_array()) {
+    if (p.empty()) throw ApiError(400, "'prompt' is empty", "prompt");
+    if (p[0].is_number()) {
+      r.prompts.push_back(token_array(p, "prompt"));
+    } else if (p[0].is_string()) {
+      for (const auto& x : p) {
+        if (!x.is_string()) throw ApiError(400, kShape, "prompt");
+        r.prompts.push_back(encode_text(ctx, x.get<std::string>(), "prompt"));
+      }
+    } else if (p[0].is_array()) {
+      for (const auto& x : p) {
+        if (!x.is_array()) throw ApiError(400, kShape, "prompt");
+        r.prompts.push_back(token_array(x, "prompt"));
+      }
+    } else {
+      throw ApiError(400, kShape, "prompt");
+    }
+  } else {
+    throw ApiError(400, kShape, "prompt");
+  }
+  for (const auto& x : r.prompts)
+    if (x.empty()) throw ApiError(400, "the prompt is empty (no tokens)", "prompt");
+
+  parse_common(b, ctx, r);
+  if (get_bool(b, "echo", false)) throw ApiError(400, "'echo' is not supported", "echo");
+  if (has(b, "suffix") && !(b["suffix"].is_string() && b["suffix"].get<std::string>().empty()))
+    throw ApiError(400, "'suffix' is not supported", "suffix");
+  if (get_int(b, "best_of", 1) != 1) throw ApiError(400, "'best_of' must be 1 (or absent)", "best_of");
+  if (has(b, "logprobs")) {
+    const json& lp = b["logprobs"];
+    if (lp.is_boolean()) {
+      r.logprobs = lp.get<bool>();
+    } else {
+      const int64_t n = get_int(b, "logprobs", 0);
+      if (n < 0 || n > 5) throw ApiError(400, "'logprobs' must be an integer in [0, 5]", "logprobs");
+      if (n > 0)
+        throw ApiError(400,
+                       "'logprobs' > 0 (top alternatives) is not supported; logprobs: 0 returns the sampled "
+                       "tokens' logprobs",
+                       "logprobs");
+      r.logprobs = true;
+    }
+  }
+  resolve_max_tokens(b, "max_tokens", 16, ctx, r);
+  return r;
+}
+
+ApiRequest parse_chat_request(const json& b, const ApiContext& ctx) {
+  ApiRequest r;
+  r.kind = ApiKind::Chat;
+  check_model(b, ctx, r);
+  if (!b.contains("messages")) throw ApiError(400, "'messages' is required", "messages");
+  if (!ctx.tokenizer) throw ApiError(400, "this model has no tokenizer; send token ids (to /v1/completions)", "messages");
+  std::string text;
+  try {
+    ChatTemplateOptions o;
+    o.model_dir = ctx.model_dir;
+    if (ctx.tokenizer->bos_id >= 0) o.bos_token = ctx.tokenizer->token_text(ctx.tokenizer->bos_id);
+    if (ctx.tokenizer->eos_id >= 0) o.eos_token = ctx.tokenizer->token_text(ctx.tokenizer->eos_id);
+    text = render_chat(b["messages"], o);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "messages");
+  }
+  r.prompts.push_back(encode_text(ctx, text, "messages"));
+  if (r.prompts[0].empty()) throw ApiError(400, "the rendered chat prompt is empty", "messages");
+
+  parse_common(b, ctx, r);
+  if (has(b, "tools") && !(b["tools"].is_array() && b["tools"].empty()))
+    throw ApiError(400, "'tools' is not supported", "tools");
+  if (has(b, "response_format")) {
+    const json& rf = b["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || rf["type"] != "text")
+      throw ApiError(400, "'response_format' other than {\"type\": \"text\"} is not supported", "response_format");
+  }
+  r.logprobs = get_bool(b, "logprobs", false);
+  const int64_t top = get_int(b, "top_logprobs", 0);
+  if (top < 0 || top > 20) throw ApiError(400, "'top_logprobs' must be an integer in [0, 20]", "top_logprobs");
+  if (top > 0)
+    throw ApiError(400, "'top_logprobs' > 0 is not supported; logprobs: true returns the sampled tokens' logprobs",
+                   "top_logprobs");
+  const int def = std::numeric_limits<int>::max();
+  resolve_max_tokens(b, has(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens", def, ctx, r);
+  return r;
+}
+
+}  // namespace mx::server

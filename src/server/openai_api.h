@@ -1,0 +1,85 @@
+#pragma once
+// The OpenAI API surface: request bodies -> validated engine work, and the
+// JSON shapes of responses and errors (https://platform.openai.com/docs/api-reference).
+//
+// Supported request fields
+//   /v1/completions: model, prompt (string | [string] | [int] | [[int]]: one
+//     choice per prompt), max_tokens (default 16), stream, stream_options
+//     {include_usage}, stop, logprobs (0 only: the sampled tokens' logprobs),
+//     n (1 only), best_of (1 only), echo (false only), seed, temperature,
+//     top_p, presence_penalty, frequency_penalty, user (ignored);
+//   /v1/chat/completions: model, messages (see chat_prompt.h), max_tokens /
+//     max_completion_tokens (default: the rest of the context), stream,
+//     stream_options, stop, logprobs (bool), top_logprobs (0 only), n (1 only),
+//     seed, temperature, top_p, presence_penalty, frequency_penalty, user;
+//   vLLM-style extensions on both: top_k (0 or -1 = off), min_p,
+//     repetition_penalty, ignore_eos, stop_token_ids.
+// Fields that would change the result and are not implemented (n > 1, echo,
+// suffix, logit_bias, tools, response_format other than text, top alternatives
+// in logprobs) are a 400 naming the field; unknown fields are ignored.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/sampling.h"
+
+namespace mx {
+class Tokenizer;
+}
+
+namespace mx::server {
+
+// An error answered to the client: HTTP status plus OpenAI's error object.
+struct ApiError : std::runtime_error {
+  int status;
+  std::string type, param, code;
+  ApiError(int status, const std::string& message, std::string param = {}, std::string code = {},
+           std::string type = "invalid_request_error");
+};
+
+// {"error": {"message", "type", "param", "code"}}; empty param / code are null.
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param = {},
+                          const std::string& code = {});
+nlohmann::json error_body(const ApiError& e);
+
+enum class ApiKind { Completion, Chat };
+
+struct ApiContext {
+  const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
+  std::string served_model_name;
+  int context_length = 0;  // the model's max positions
+  std::string model_dir;   // passed to render_chat (ChatTemplateOptions::model_dir)
+  int kv_capacity = 0;     // tokens one sequence can hold in the KV cache (0: unknown); defaults are cut to it
+};
+
+struct ApiRequest {
+  ApiKind kind = ApiKind::Completion;
+  std::string model;
+  std::vector<std::vector<int32_t>> prompts;  // one engine request (choice) each
+  std::vector<int> max_tokens;                // per prompt, >= 1 unless the prompt fills the context
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool stream = false, include_usage = false;
+  bool logprobs = false;
+};
+
+// Both throw ApiError (400 bad field, 404 unknown model).
+ApiRequest parse_completion_request(const nlohmann::json& body, const ApiContext& ctx);
+ApiRequest parse_chat_request(const nlohmann::json& body, const ApiContext& ctx);
+
+// Parses a request body; 400 ApiError for invalid JSON or a non-object.
+nlohmann::json parse_body(const std::string& body);
+
+// "cmpl-" / "chatcmpl-" + 24 random hex digits.
+std::string make_id(const std::string& prefix);
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+
+// Serializes for the wire; invalid UTF-8 (never expected) becomes U+FFFD rather than throwing.
+std::string dump(const nlohmann::json& j);
+
+}  // namespace mx::server

@@ -1,0 +1,126 @@
+// The official openai npm client against a running mxserve (started by
+// tests/server/test_openai_client.cpp, which passes its address).
+//   MXSERVE_BASE_URL  e.g. http://127.0.0.1:8123/v1
+//   MXSERVE_MODEL     the served model name (a model with a tokenizer)
+// Exits non-zero on the first failed check.
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const baseURL = process.env.MXSERVE_BASE_URL;
+const model = process.env.MXSERVE_MODEL;
+assert.ok(baseURL && model, 'MXSERVE_BASE_URL and MXSERVE_MODEL must be set');
+const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 30_000 });
+
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`ok - ${name}`);
+  } catch (e) {
+    console.error(`not ok - ${name}\n${e && e.stack ? e.stack : e}`);
+    process.exit(1);
+  }
+}
+
+await check('models.list', async () => {
+  const models = [];
+  for await (const m of client.models.list()) models.push(m.id);
+  assert.deepEqual(models, [model]);
+});
+
+let completionText;
+await check('completions.create', async () => {
+  const r = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 12, temperature: 0, ignore_eos: true });
+  assert.equal(r.object, 'text_completion');
+  assert.match(r.id, /^cmpl-/);
+  assert.equal(r.model, model);
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].index, 0);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(typeof r.choices[0].text, 'string');
+  assert.equal(r.usage.completion_tokens, 12);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 12);
+  completionText = r.choices[0].text;
+});
+
+await check('completions.create stream (include_usage)', async () => {
+  const stream = await client.completions.create({
+    model, prompt: 'Once upon a time', max_tokens: 12, temperature: 0, ignore_eos: true,
+    stream: true, stream_options: { include_usage: true },
+  });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, 'text_completion');
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.text;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(text, completionText);
+  assert.equal(finish, 'length');
+  assert.equal(usage.completion_tokens, 12);
+});
+
+let chatText;
+await check('chat.completions.create', async () => {
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }],
+    max_completion_tokens: 10, temperature: 0, ignore_eos: true,
+  });
+  assert.equal(r.object, 'chat.completion');
+  assert.match(r.id, /^chatcmpl-/);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 10);
+  chatText = r.choices[0].message.content;
+});
+
+await check('chat.completions.create stream', async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }],
+    max_completion_tokens: 10, temperature: 0, ignore_eos: true, stream: true,
+  });
+  let text = '';
+  let role = null;
+  let finish = null;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    for (const c of chunk.choices) {
+      if (c.delta.role) role = c.delta.role;
+      if (c.delta.content) text += c.delta.content;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(role, 'assistant');
+  assert.equal(text, chatText);
+  assert.equal(finish, 'length');
+});
+
+await check('chat stream helper (runner) gives the same message', async () => {
+  const runner = client.chat.completions.stream({
+    model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }],
+    max_completion_tokens: 10, temperature: 0, ignore_eos: true,
+  });
+  const final = await runner.finalChatCompletion();
+  assert.equal(final.choices[0].message.content, chatText);
+});
+
+await check('errors: unknown model is NotFoundError, n=2 is BadRequestError', async () => {
+  await assert.rejects(
+    client.completions.create({ model: 'no-such-model', prompt: 'x', max_tokens: 1 }),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404 && e.code === 'model_not_found' && /no-such-model/.test(e.message),
+  );
+  await assert.rejects(
+    client.completions.create({ model, prompt: 'x', max_tokens: 1, n: 2 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'n' && e.type === 'invalid_request_error',
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: -1 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens',
+  );
+});
+
+console.log('all openai client checks passed');
