@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "kernels/registry.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"mxserve: LLM inference engine and OpenAI-compatible server for MoE models"};
@@ -12,6 +13,11 @@ int main(int argc, char** argv) {
   // word is named ("not expected: frobnicate") rather than "subcommand required".
   app.require_subcommand(0, 1);
   app.set_help_all_flag("--help-all", "Print help for every subcommand");
+  // Global flags, accepted before or after the subcommand.
+  app.fallthrough();
+  bool strict_kernels = false;
+  app.add_flag("--strict-kernels", strict_kernels,
+               "A kernel call with no tuned config for its shape is an error instead of a logged fallback");
   std::vector<mx::cli::Command> cmds = mx::cli::all_commands(app);
   try {
     app.parse(argc, argv);
@@ -22,6 +28,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: a subcommand is required\n%s", app.help().c_str());
     return 2;
   }
+  mx::set_strict_kernels(strict_kernels);
   try {
     for (auto& c : cmds)
       if (c.sub->parsed()) return c.run();
