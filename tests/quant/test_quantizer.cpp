@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "engine/generate.h"
 #include "io/safetensors.h"
 #include "models/model.h"
 #include "models/synthetic.h"
@@ -165,3 +166,45 @@ TEST(Quantizer, RejectsAlreadyQuantizedInputAndNonMultipleOf32) {
   EXPECT_NO_THROW(quantize_checkpoint(stories, d.path().string(), o));
   EXPECT_NO_THROW(load_model(d.path().string()));
 }
+
+namespace {
+struct ArchFormat {
+  const char* arch;
+  QuantMethod method;
+};
+void PrintTo(const ArchFormat& a, std::ostream* os) {
+  *os << a.arch << (a.method == QuantMethod::Mxfp4 ? "/mxfp4" : "/fp8");
+}
+class QuantizeEveryArch : public ::testing::TestWithParam<ArchFormat> {};
+}  // namespace
+
+TEST_P(QuantizeEveryArch, QuantizeLoadGenerate) {
+  QuantizeOptions o;
+  o.method = GetParam().method;
+  Quantized q(GetParam().arch, o);
+  EXPECT_GT(q.report.quantized, 0);
+  auto m = load_model(q.dst.path().string());
+  GenerateOptions g;
+  g.max_tokens = 8;
+  g.sampling.temperature = 0;
+  g.ignore_eos = true;
+  auto r = generate(*m, {1, 5, 9, 13}, g);
+  ASSERT_EQ(r.tokens.size(), 8u);
+  for (int32_t t : r.tokens) EXPECT_TRUE(t >= 0 && t < m->config().vocab_size);
+  // The MTP head runs on quantized weights too (it stays bf16 by default).
+  if (m->num_mtp_layers() > 0) {
+    auto ref = load_model(q.src.path().string());
+    EXPECT_EQ(m->num_mtp_layers(), ref->num_mtp_layers());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, QuantizeEveryArch,
+    ::testing::Values(ArchFormat{"llama", QuantMethod::Mxfp4}, ArchFormat{"qwen2", QuantMethod::Mxfp4},
+                      ArchFormat{"qwen3", QuantMethod::Mxfp4}, ArchFormat{"glm4_moe", QuantMethod::Mxfp4},
+                      ArchFormat{"deepseek_v3", QuantMethod::Mxfp4}, ArchFormat{"qwen3_moe", QuantMethod::Mxfp4},
+                      ArchFormat{"llama", QuantMethod::Fp8Block}, ArchFormat{"glm4_moe", QuantMethod::Fp8Block},
+                      ArchFormat{"deepseek_v3", QuantMethod::Fp8Block}, ArchFormat{"qwen3_moe", QuantMethod::Fp8Block}),
+    [](const auto& i) {
+      return std::string(i.param.arch) + (i.param.method == QuantMethod::Mxfp4 ? "_mxfp4" : "_fp8");
+    });
