@@ -173,6 +173,10 @@ struct Result {
 bool same_gemv(const KernelConfig& a, const KernelConfig& b) {
   return a.gemv_rows == b.gemv_rows && a.prefetch == b.prefetch;
 }
+bool same_gemm(const KernelConfig& a, const KernelConfig& b) {
+  return a.tile_tokens == b.tile_tokens && a.tile_rows == b.tile_rows && a.chunk_kib == b.chunk_kib &&
+         a.rowblock_kib == b.rowblock_kib;
+}
 
 bool g_verbose = false;
 
@@ -185,7 +189,7 @@ Result tune(Isa isa, DType dt, Shape s, ThreadPool& pool, double min_s, int min_
   // GEMV candidates: distinct (gemv_rows, prefetch) with the default GEMM tile.
   std::vector<KernelConfig> gv, gm;
   for (const KernelConfig& c : cands) {
-    if (c.tile_tokens == def.tile_tokens && c.tile_rows == def.tile_rows &&
+    if (same_gemm(c, def) &&
         std::none_of(gv.begin(), gv.end(), [&](const KernelConfig& g) { return same_gemv(g, c); }))
       gv.push_back(c);
   }
@@ -221,8 +225,8 @@ Result tune(Isa isa, DType dt, Shape s, ThreadPool& pool, double min_s, int min_
   }, min_s, min_calls);
   if (g_verbose)
     for (size_t k = 0; k < gm.size(); ++k)
-      fmt::print(stderr, "  {} {} {}x{} gemm {}x{}: {:.1f} us\n", isa_name(isa), dtype_name(dt), s.out, s.in,
-                 gm[k].tile_tokens, gm[k].tile_rows, bm[k] * 1e6);
+      fmt::print(stderr, "  {} {} {}x{} gemm {}x{} blocking {}/{} KiB: {:.1f} us\n", isa_name(isa), dtype_name(dt),
+                 s.out, s.in, gm[k].tile_tokens, gm[k].tile_rows, gm[k].chunk_kib, gm[k].rowblock_kib, bm[k] * 1e6);
   const size_t mi = pick(bm);
   res.cfg = gm[mi];
   res.gemm_gflops = 2.0 * double(s.out) * double(s.in) * double(n_gemm) / bm[mi] / 1e9;
@@ -305,8 +309,9 @@ int main(int argc, char** argv) {
         fmt::print("    // {} {}\n", dtype_name(dt), isa_name(isa));
         if (defaults) {
           const KernelConfig& c = cands[0];
-          fmt::print("    {{\"matmul\", {}, 0, 0, {}, {{{}, {}, {}, {}}}}},  // generic default\n",
-                     dtype_name(dt), isa_const(isa), c.gemv_rows, c.tile_tokens, c.tile_rows, c.prefetch);
+          fmt::print("    {{\"matmul\", {}, 0, 0, {}, {{{}, {}, {}, {}, {}, {}}}}},  // generic default\n",
+                     dtype_name(dt), isa_const(isa), c.gemv_rows, c.tile_tokens, c.tile_rows, c.prefetch,
+                     c.chunk_kib, c.rowblock_kib);
         }
         for (Shape s : shapes) {
           if (dt == DType::MXFP4 && s.in % 32) continue;  // not representable
@@ -315,8 +320,9 @@ int main(int argc, char** argv) {
           std::string note = cands.size() > 1
                                  ? fmt::format("  // gemv {:.1f} GB/s, gemm64 {:.0f} GFLOP/s", r.gemv_gbs, r.gemm_gflops)
                                  : "";
-          fmt::print("    {{\"matmul\", {}, {}, {}, {}, {{{}, {}, {}, {}}}}},{}\n", dtype_name(dt), s.out, s.in,
-                     isa_const(isa), c.gemv_rows, c.tile_tokens, c.tile_rows, c.prefetch, note);
+          fmt::print("    {{\"matmul\", {}, {}, {}, {}, {{{}, {}, {}, {}, {}, {}}}}},{}\n", dtype_name(dt), s.out,
+                     s.in, isa_const(isa), c.gemv_rows, c.tile_tokens, c.tile_rows, c.prefetch, c.chunk_kib,
+                     c.rowblock_kib, note);
           std::fflush(stdout);
         }
       }

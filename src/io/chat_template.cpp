@@ -2913,6 +2913,15 @@ std::string slurp(const fs::path& p) {
 
 }  // namespace
 
+bool has_chat_template(const std::string& model_dir) {
+  const fs::path dir(model_dir);
+  if (fs::exists(dir / "chat_template.jinja")) return true;
+  const fs::path cfg_path = dir / "tokenizer_config.json";
+  if (!fs::exists(cfg_path)) return false;
+  nlohmann::ordered_json cfg = read_json_file(cfg_path);
+  return cfg.is_object() && cfg.contains("chat_template") && !cfg["chat_template"].is_null();
+}
+
 ModelChatTemplate load_chat_template(const std::string& model_dir) {
   const fs::path dir(model_dir);
   const fs::path cfg_path = dir / "tokenizer_config.json";

@@ -69,6 +69,9 @@ struct ModelChatTemplate {
   nlohmann::ordered_json special_tokens;  // bos_token, eos_token, unk_token, pad_token: strings
 };
 ModelChatTemplate load_chat_template(const std::string& model_dir);
+// Whether model_dir has a chat template (tokenizer_config.json's chat_template
+// or chat_template.jinja); load_chat_template fails when it has none.
+bool has_chat_template(const std::string& model_dir);
 
 // Renders `messages` (role + content, content a string or a list of
 // {"type": "text", "text": ...} parts) with the model's chat template, as

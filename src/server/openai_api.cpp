@@ -1,5 +1,7 @@
 #include "server/openai_api.h"
 
+#include "io/chat_template.h"
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -308,16 +310,27 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   if (!b.contains("messages")) throw ApiError(400, "'messages' is required", "messages");
   if (!ctx.tokenizer) throw ApiError(400, "this model has no tokenizer; send token ids (to /v1/completions)", "messages");
   std::string text;
+  bool templated = false;
   try {
     ChatTemplateOptions o;
     o.model_dir = ctx.model_dir;
     if (ctx.tokenizer->bos_id >= 0) o.bos_token = ctx.tokenizer->token_text(ctx.tokenizer->bos_id);
     if (ctx.tokenizer->eos_id >= 0) o.eos_token = ctx.tokenizer->token_text(ctx.tokenizer->eos_id);
-    text = render_chat(b["messages"], o);
+    text = render_chat(b["messages"], o);  // validates the messages; the fallback format
+    // The model's own chat template (tokenizer_config.json), when it has one.
+    if (!ctx.model_dir.empty() && has_chat_template(ctx.model_dir)) {
+      text = apply_chat_template(ctx.model_dir, b["messages"], true);
+      templated = true;
+    }
   } catch (const Error& e) {
     throw ApiError(400, e.what(), "messages");
   }
-  r.prompts.push_back(encode_text(ctx, text, "messages"));
+  // A template writes BOS and every special token itself (as transformers'
+  // apply_chat_template), so the tokenizer must not add them again.
+  if (templated)
+    r.prompts.push_back(ctx.tokenizer->encode(text, /*add_special=*/false, /*parse_special=*/true));
+  else
+    r.prompts.push_back(encode_text(ctx, text, "messages"));
   if (r.prompts[0].empty()) throw ApiError(400, "the rendered chat prompt is empty", "messages");
 
   parse_common(b, ctx, r);

@@ -272,14 +272,12 @@ void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tens
     qa = quantize_activations(x, n_tokens, a.in, dk->mx_order, dk->mx_quant, pool);
     a.qa = &qa;
     a.x_row_bytes = qa.q_stride + qa.nbp * 8;
-    // The int8 tiles read each token's activations once per group of 16 blocks per
-    // weight row: keep a chunk in L1 (measured up to 1.4x on 64-token GEMMs here).
-    a.chunk_bytes = 32 << 10;
-    a.rowblock_bytes = 256 << 10;
-    a.w_row_bytes = a.in / 2 + a.in / 32;
   } else if (w.dtype == DType::F8_E4M3) {
     a.scale_cols = (a.in + 127) / 128;
   }
+  a.chunk_bytes = int64_t(std::max(c.chunk_kib, 1)) << 10;
+  a.rowblock_bytes = int64_t(std::max(c.rowblock_kib, 0)) << 10;
+  a.w_row_bytes = w.dtype == DType::MXFP4 ? a.in / 2 + a.in / 32 : int64_t(dtype_bytes(w.dtype, a.in));
   if (dk->rows) {
     if (a.out * a.in * n_tokens < kMinParallelMacs) return dk->rows(a, 0, a.out);
     return pool.parallel_for(a.out, [&](int64_t b, int64_t e) { dk->rows(a, b, e); });
@@ -320,9 +318,16 @@ std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   if (dk->rows) return {default_kernel_config("matmul", dtype, isa)};
   // Only the AVX-512 GEMV tiles prefetch in software.
   const std::vector<int> pfs = isa == Isa::Avx512 ? std::vector<int>{1024, 0, 512, 2048} : std::vector<int>{0};
+  // GEMM blocking {chunk_kib, rowblock_kib}: activations in L2 with every row streaming
+  // past, or an L1-sized chunk against L2-sized row blocks. The int8 MXFP4 tiles read
+  // each token's activations once per 16-block group per row, so they default to the
+  // second (measured up to 1.4x on 64-token GEMMs here); the float tiles to the first.
+  std::vector<std::pair<int, int>> blk = {{256, 0}, {32, 512}};
+  if (dtype == DType::MXFP4) blk = {{32, 256}, {256, 0}};
   for (int pf : pfs)
     for (const Gemv& g : dk->gemv)
-      for (const Gemm& m : dk->gemm) v.push_back({g.rows, m.tokens, m.rows, pf});
+      for (const Gemm& m : dk->gemm)
+        for (auto [ck, rb] : blk) v.push_back({g.rows, m.tokens, m.rows, pf, ck, rb});
   return v;
 }
 

@@ -104,12 +104,11 @@ inline float hsum(__m512 v) {
   return _mm_cvtss_f32(s1);
 }
 
-// y[t0 .. t0+TT, r0 .. r0+R): each output one accumulator, chunks in order.
+// y[t0 .. t0+TT, r0 .. r0+R): each output one accumulator, chunks in order. w: the
+// weights of row r0 (rows `in` elements apart).
 template <class L, int TT, int R>
-void dot_tile(const Args& a, int64_t t0, int64_t r0) {
-  using T = typename L::T;
+MX_INLINE void dot_tile_w(const Args& a, const typename L::T* w, int64_t t0, int64_t r0) {
   const int64_t in = a.in;
-  const T* w = static_cast<const T*>(a.w) + r0 * in;
   const float* x = a.x + t0 * in;
   __m512 acc[TT][R];
 #pragma GCC unroll 8
@@ -143,6 +142,11 @@ void dot_tile(const Args& a, int64_t t0, int64_t r0) {
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
+}
+
+template <class L, int TT, int R>
+void dot_tile(const Args& a, int64_t t0, int64_t r0) {
+  dot_tile_w<L, TT, R>(a, static_cast<const typename L::T*>(a.w) + r0 * a.in, t0, r0);
 }
 
 // Decode GEMV tile: one token, R rows, streaming the weights. Same per-output
@@ -219,7 +223,8 @@ struct FloatVariants {
 // The F32 scheme over weights formed as fp8 * scale (Fp8W), converting 32 codes at a
 // time (one vpmovsxbw zmm): the same FMAs per output as dot_tile<Fp8W>, in the same
 // order. NaN codes are found with one compare per 32 codes and patched in on a
-// branch that real checkpoints never take.
+// branch that real checkpoints never take. (GEMV and leftover rows convert on the
+// fly; GEMM tiles convert their rows once per chunk of tokens, below.)
 namespace fp8 {
 
 MX_INLINE void cvt32(const uint8_t* p, __m512 s, __m512& lo, __m512& hi) {
@@ -295,16 +300,56 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
     for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
 }
 
-struct Tiles {
-  template <int TT, int R>
-  static void tile(const Args& a, int64_t t0, int64_t r0) {
-    fp8::tile<TT, R, false>(a, t0, r0);
+// GEMM: the tile's R rows are converted once per chunk of tokens (prep) into f32
+// (fp8 * scale, the exact dequantized values) in a per-thread buffer, then the F32
+// tiles run on it: the same operations as the F32 matmul of the dequantized weight,
+// without converting each weight vector once per token tile.
+struct Rows {
+  Buffer buf;  // grow-only
+  float* get(size_t n) {
+    if (buf.size() < n * 4) buf = Buffer(std::max(n * 4, buf.size() * 3 / 2));
+    return static_cast<float*>(buf.data());
   }
 };
+thread_local Rows t_rows;
 
-// GEMM: TT x R accumulators + 2R weight vectors + 1 x vector <= 32 zmm.
+template <int R>
+void prep(const Args& a, int64_t, int64_t r0) {
+  const int64_t in = a.in;
+  float* dst = t_rows.get(size_t(R * in));
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* w = static_cast<const uint8_t*>(a.w) + (r0 + r) * in;
+    float* d = dst + r * in;
+    for (int64_t i0 = 0, kb = 0; i0 < in; i0 += 128, ++kb) {
+      const int64_t i1 = std::min(in, i0 + 128);
+      const __m512 sc = Fp8W::scale(a, r0 + r, kb);
+      int64_t i = i0;
+      for (; i + 32 <= i1; i += 32) {
+        __m512 lo, hi;
+        cvt32(w + i, sc, lo, hi);
+        _mm512_storeu_ps(d + i, lo);
+        _mm512_storeu_ps(d + i + 16, hi);
+      }
+      for (; i < i1; i += V) {
+        const __mmask16 m = i + V <= i1 ? __mmask16(0xFFFF) : __mmask16((1u << (i1 - i)) - 1);
+        _mm512_mask_storeu_ps(d + i, m, Fp8W::load_tail(w + i, m, sc));
+      }
+    }
+  }
+}
+
+template <int TT, int R>
+void on_rows(const Args& a, int64_t t0, int64_t r0) {
+  dot_tile_w<F32W, TT, R>(a, static_cast<const float*>(t_rows.buf.data()), t0, r0);
+}
+
+template <int TT, int R>
+constexpr Gemm gemm() {
+  return {TT, R, on_rows<TT, R>, on_rows<1, R>, tile<TT, 1, false>, tile<1, 1, false>, prep<R>};
+}
+
 constexpr Gemv kGemv[] = {{8, tile<1, 8, true>}, {4, tile<1, 4, true>}};
-constexpr Gemm kGemm[] = {gemm_of<Tiles, 4, 4>(), gemm_of<Tiles, 8, 2>(), gemm_of<Tiles, 6, 3>()};
+constexpr Gemm kGemm[] = {gemm<4, 6>(), gemm<8, 3>()};
 
 }  // namespace fp8
 

@@ -98,6 +98,9 @@ struct Gemv {
 struct Gemm {
   int tokens, rows;
   TileFn full, tok1, row1, one;  // tokens x rows, 1 x rows, tokens x 1, 1 x 1
+  // Optional: called on the calling thread before full / tok1 run over a block of
+  // `rows` rows starting at r0 (for a chunk of tokens), e.g. to unpack those rows once.
+  TileFn prep = nullptr;
 };
 
 // Quantizes one token row of activations for the MXFP4 kernels (QuantAct layout);
@@ -172,6 +175,7 @@ inline void drive_rows(const Args& a, const Plan& p, int64_t r0, int64_t r1) {
       for (int64_t c0 = 0; c0 < n; c0 += chunk) {
         const int64_t c1 = std::min(n, c0 + chunk);
         for (r = b0; r < b1; r += g.rows) {
+          if (g.prep) g.prep(a, c0, r);
           int64_t t = c0;
           for (; t + g.tokens <= c1; t += g.tokens) g.full(a, t, r);
           for (; t < c1; ++t) g.tok1(a, t, r);

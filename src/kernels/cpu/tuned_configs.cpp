@@ -21,7 +21,7 @@ namespace {
 using enum DType;
 constexpr Isa kScalar = Isa::Scalar, kAvx2 = Isa::Avx2, kAvx512 = Isa::Avx512;
 
-// {op, dtype, out, in, isa, {gemv_rows, tile_tokens, tile_rows, prefetch}}
+// {op, dtype, out, in, isa, {gemv_rows, tile_tokens, tile_rows, prefetch, chunk_kib, rowblock_kib}}
 constexpr TunedEntry kTable[] = {
     // BEGIN GENERATED
     // F32 scalar
