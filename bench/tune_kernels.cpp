@@ -73,6 +73,7 @@ std::vector<Shape> synthetic_shapes() {
   const Mla mlas[] = {{64, 32, 16, 8, 16}, {128, 96, 32, 16, 32}, {384, 256, 64, 32, 64}};
   // (Tiny deepseek_v3's q_lora_rank was 48, then 64 so that MXFP4 can hold q_b_proj:
   // both are listed.)
+  s.insert({48, 64});
   s.insert({4 * (16 + 8), 48});
   for (int p = 0; p < 3; ++p) {
     const Moe& m = moes[p];

@@ -25,620 +25,620 @@ constexpr Isa kScalar = Isa::Scalar, kAvx2 = Isa::Avx2, kAvx512 = Isa::Avx512;
 constexpr TunedEntry kTable[] = {
     // BEGIN GENERATED
     // F32 scalar
-    {"matmul", F32, 0, 0, kScalar, {8, 4, 6, 1024}},  // generic default
-    {"matmul", F32, 8, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 16, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 16, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 32, 16, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 32, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 32, 96, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 40, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 48, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 64, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 64, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 64, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 64, 160, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 64, 172, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 64, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 64, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 96, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 96, 48, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 96, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 112, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 128, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 128, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 128, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 160, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 172, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 256, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 256, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 256, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 256, 512, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 256, 704, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 256, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 288, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 320, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 384, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 384, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 512, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 512, 96, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 512, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 704, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 896, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 896, 4864, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 1024, 512, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 1024, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 1024, 2048, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 1024, 2816, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 1536, 384, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 2048, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 2816, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 4864, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 32000, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F32, 151936, 896, kScalar, {8, 4, 6, 1024}},
+    {"matmul", F32, 0, 0, kScalar, {8, 4, 6, 1024, 256, 0}},  // generic default
+    {"matmul", F32, 8, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 16, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 16, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 32, 16, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 32, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 32, 96, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 40, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 48, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 64, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 64, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 64, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 64, 160, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 64, 172, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 64, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 64, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 96, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 96, 48, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 96, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 112, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 128, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 128, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 128, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 160, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 172, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 256, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 256, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 256, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 256, 512, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 256, 704, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 256, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 288, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 320, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 384, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 384, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 512, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 512, 96, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 512, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 704, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 896, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 896, 4864, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 1024, 512, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 1024, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 1024, 2048, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 1024, 2816, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 1536, 384, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 2048, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 2816, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 4864, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 32000, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F32, 151936, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
     // BF16 scalar
-    {"matmul", BF16, 0, 0, kScalar, {8, 4, 6, 1024}},  // generic default
-    {"matmul", BF16, 8, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 16, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 16, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 32, 16, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 32, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 32, 96, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 40, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 48, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 64, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 64, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 64, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 64, 160, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 64, 172, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 64, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 64, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 96, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 96, 48, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 96, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 112, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 128, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 128, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 128, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 160, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 172, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 256, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 256, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 256, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 256, 512, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 256, 704, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 256, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 288, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 320, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 384, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 384, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 512, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 512, 96, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 512, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 704, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 896, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 896, 4864, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 1024, 512, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 1024, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 1024, 2048, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 1024, 2816, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 1536, 384, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 2048, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 2816, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 4864, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 32000, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", BF16, 151936, 896, kScalar, {8, 4, 6, 1024}},
+    {"matmul", BF16, 0, 0, kScalar, {8, 4, 6, 1024, 256, 0}},  // generic default
+    {"matmul", BF16, 8, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 16, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 16, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 32, 16, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 32, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 32, 96, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 40, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 48, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 64, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 64, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 64, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 64, 160, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 64, 172, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 64, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 64, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 96, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 96, 48, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 96, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 112, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 128, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 128, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 128, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 160, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 172, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 256, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 256, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 256, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 256, 512, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 256, 704, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 256, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 288, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 320, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 384, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 384, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 512, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 512, 96, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 512, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 704, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 896, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 896, 4864, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 1024, 512, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 1024, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 1024, 2048, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 1024, 2816, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 1536, 384, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 2048, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 2816, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 4864, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 32000, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", BF16, 151936, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
     // MXFP4 scalar
-    {"matmul", MXFP4, 0, 0, kScalar, {8, 4, 6, 1024}},  // generic default
-    {"matmul", MXFP4, 8, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 16, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 16, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 32, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 32, 96, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 40, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 48, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 64, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 64, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 64, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 64, 160, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 64, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 64, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 96, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 96, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 112, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 128, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 128, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 128, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 160, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 172, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 256, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 256, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 256, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 256, 512, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 256, 704, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 256, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 288, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 320, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 384, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 384, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 512, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 512, 96, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 512, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 704, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 896, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 896, 4864, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 1024, 512, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 1024, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 1024, 2048, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 1024, 2816, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 1536, 384, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 2048, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 2816, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 4864, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 32000, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", MXFP4, 151936, 896, kScalar, {8, 4, 6, 1024}},
+    {"matmul", MXFP4, 0, 0, kScalar, {8, 4, 6, 1024, 256, 0}},  // generic default
+    {"matmul", MXFP4, 8, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 16, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 16, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 32, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 32, 96, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 40, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 48, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 64, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 64, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 64, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 64, 160, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 64, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 64, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 96, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 96, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 112, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 128, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 128, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 128, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 160, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 172, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 256, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 256, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 256, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 256, 512, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 256, 704, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 256, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 288, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 320, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 384, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 384, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 512, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 512, 96, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 512, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 704, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 896, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 896, 4864, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 1024, 512, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 1024, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 1024, 2048, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 1024, 2816, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 1536, 384, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 2048, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 2816, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 4864, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 32000, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", MXFP4, 151936, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
     // F8_E4M3 scalar
-    {"matmul", F8_E4M3, 0, 0, kScalar, {8, 4, 6, 1024}},  // generic default
-    {"matmul", F8_E4M3, 8, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 16, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 16, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 32, 16, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 32, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 32, 96, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 40, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 48, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 64, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 64, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 64, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 64, 160, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 64, 172, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 64, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 64, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 96, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 96, 48, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 96, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 112, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 128, 32, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 128, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 128, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 160, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 172, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 256, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 256, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 256, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 256, 512, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 256, 704, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 256, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 288, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 320, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 384, 128, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 384, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 512, 64, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 512, 96, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 512, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 704, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 896, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 896, 4864, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 1024, 512, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 1024, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 1024, 2048, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 1024, 2816, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 1536, 384, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 2048, 256, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 2816, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 4864, 896, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 32000, 1024, kScalar, {8, 4, 6, 1024}},
-    {"matmul", F8_E4M3, 151936, 896, kScalar, {8, 4, 6, 1024}},
+    {"matmul", F8_E4M3, 0, 0, kScalar, {8, 4, 6, 1024, 256, 0}},  // generic default
+    {"matmul", F8_E4M3, 8, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 16, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 16, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 32, 16, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 32, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 32, 96, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 40, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 48, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 64, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 64, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 64, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 64, 160, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 64, 172, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 64, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 64, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 96, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 96, 48, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 96, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 112, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 128, 32, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 128, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 128, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 160, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 172, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 256, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 256, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 256, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 256, 512, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 256, 704, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 256, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 288, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 320, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 384, 128, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 384, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 512, 64, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 512, 96, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 512, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 704, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 896, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 896, 4864, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 1024, 512, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 1024, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 1024, 2048, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 1024, 2816, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 1536, 384, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 2048, 256, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 2816, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 4864, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 32000, 1024, kScalar, {8, 4, 6, 1024, 256, 0}},
+    {"matmul", F8_E4M3, 151936, 896, kScalar, {8, 4, 6, 1024, 256, 0}},
     // F32 avx2
-    {"matmul", F32, 0, 0, kAvx2, {8, 4, 3, 0}},  // generic default
-    {"matmul", F32, 8, 64, kAvx2, {8, 4, 3, 0}},  // gemv 34.1 GB/s, gemm64 52 GFLOP/s
-    {"matmul", F32, 16, 32, kAvx2, {8, 4, 3, 0}},  // gemv 29.3 GB/s, gemm64 40 GFLOP/s
-    {"matmul", F32, 16, 256, kAvx2, {8, 4, 3, 0}},  // gemv 62.8 GB/s, gemm64 88 GFLOP/s
-    {"matmul", F32, 32, 16, kAvx2, {8, 4, 3, 0}},  // gemv 25.6 GB/s, gemm64 27 GFLOP/s
-    {"matmul", F32, 32, 64, kAvx2, {8, 4, 3, 0}},  // gemv 51.2 GB/s, gemm64 62 GFLOP/s
-    {"matmul", F32, 32, 96, kAvx2, {8, 4, 3, 0}},  // gemv 55.9 GB/s, gemm64 72 GFLOP/s
-    {"matmul", F32, 40, 64, kAvx2, {8, 4, 3, 0}},  // gemv 53.9 GB/s, gemm64 63 GFLOP/s
-    {"matmul", F32, 48, 64, kAvx2, {8, 4, 3, 0}},  // gemv 53.4 GB/s, gemm64 63 GFLOP/s
-    {"matmul", F32, 64, 32, kAvx2, {8, 4, 3, 0}},  // gemv 51.2 GB/s, gemm64 46 GFLOP/s
-    {"matmul", F32, 64, 64, kAvx2, {8, 4, 3, 0}},  // gemv 58.5 GB/s, gemm64 64 GFLOP/s
-    {"matmul", F32, 64, 128, kAvx2, {8, 4, 3, 0}},  // gemv 19.0 GB/s, gemm64 86 GFLOP/s
-    {"matmul", F32, 64, 160, kAvx2, {8, 4, 3, 0}},  // gemv 38.6 GB/s, gemm64 85 GFLOP/s
-    {"matmul", F32, 64, 172, kAvx2, {8, 4, 3, 0}},  // gemv 14.5 GB/s, gemm64 42 GFLOP/s
-    {"matmul", F32, 64, 256, kAvx2, {8, 4, 3, 0}},  // gemv 17.7 GB/s, gemm64 92 GFLOP/s
-    {"matmul", F32, 64, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 22.1 GB/s, gemm64 98 GFLOP/s
-    {"matmul", F32, 96, 32, kAvx2, {8, 4, 3, 0}},  // gemv 55.9 GB/s, gemm64 47 GFLOP/s
-    {"matmul", F32, 96, 48, kAvx2, {8, 4, 3, 0}},  // gemv 68.0 GB/s, gemm64 58 GFLOP/s
-    {"matmul", F32, 96, 64, kAvx2, {8, 4, 3, 0}},  // gemv 64.5 GB/s, gemm64 64 GFLOP/s
-    {"matmul", F32, 112, 256, kAvx2, {8, 4, 3, 0}},  // gemv 18.7 GB/s, gemm64 94 GFLOP/s
-    {"matmul", F32, 128, 32, kAvx2, {8, 4, 3, 0}},  // gemv 74.5 GB/s, gemm64 47 GFLOP/s
-    {"matmul", F32, 128, 256, kAvx2, {8, 4, 3, 0}},  // gemv 18.3 GB/s, gemm64 92 GFLOP/s
-    {"matmul", F32, 128, 896, kAvx2, {8, 4, 3, 0}},  // gemv 19.8 GB/s, gemm64 100 GFLOP/s
-    {"matmul", F32, 160, 64, kAvx2, {8, 4, 3, 0}},  // gemv 20.1 GB/s, gemm64 66 GFLOP/s
-    {"matmul", F32, 172, 64, kAvx2, {8, 4, 3, 0}},  // gemv 42.3 GB/s, gemm64 66 GFLOP/s
-    {"matmul", F32, 256, 64, kAvx2, {8, 4, 3, 0}},  // gemv 28.2 GB/s, gemm64 67 GFLOP/s
-    {"matmul", F32, 256, 128, kAvx2, {8, 4, 3, 0}},  // gemv 15.3 GB/s, gemm64 80 GFLOP/s
-    {"matmul", F32, 256, 256, kAvx2, {8, 4, 3, 0}},  // gemv 16.8 GB/s, gemm64 94 GFLOP/s
-    {"matmul", F32, 256, 512, kAvx2, {8, 4, 3, 0}},  // gemv 18.6 GB/s, gemm64 97 GFLOP/s
-    {"matmul", F32, 256, 704, kAvx2, {8, 4, 3, 0}},  // gemv 19.6 GB/s, gemm64 109 GFLOP/s
-    {"matmul", F32, 256, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 24.9 GB/s, gemm64 108 GFLOP/s
-    {"matmul", F32, 288, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 19.8 GB/s, gemm64 100 GFLOP/s
-    {"matmul", F32, 320, 64, kAvx2, {8, 4, 3, 0}},  // gemv 12.5 GB/s, gemm64 63 GFLOP/s
-    {"matmul", F32, 384, 128, kAvx2, {8, 4, 3, 0}},  // gemv 20.5 GB/s, gemm64 77 GFLOP/s
-    {"matmul", F32, 384, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 20.4 GB/s, gemm64 86 GFLOP/s
-    {"matmul", F32, 512, 64, kAvx2, {8, 4, 3, 0}},  // gemv 21.3 GB/s, gemm64 77 GFLOP/s
-    {"matmul", F32, 512, 96, kAvx2, {8, 4, 3, 0}},  // gemv 23.3 GB/s, gemm64 86 GFLOP/s
-    {"matmul", F32, 512, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 23.7 GB/s, gemm64 103 GFLOP/s
-    {"matmul", F32, 704, 256, kAvx2, {8, 4, 3, 0}},  // gemv 22.4 GB/s, gemm64 101 GFLOP/s
-    {"matmul", F32, 896, 896, kAvx2, {8, 4, 3, 0}},  // gemv 26.0 GB/s, gemm64 93 GFLOP/s
-    {"matmul", F32, 896, 4864, kAvx2, {8, 4, 3, 0}},  // gemv 34.0 GB/s, gemm64 34 GFLOP/s
-    {"matmul", F32, 1024, 512, kAvx2, {8, 4, 3, 0}},  // gemv 19.9 GB/s, gemm64 92 GFLOP/s
-    {"matmul", F32, 1024, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 18.8 GB/s, gemm64 86 GFLOP/s
-    {"matmul", F32, 1024, 2048, kAvx2, {8, 4, 3, 0}},  // gemv 22.3 GB/s, gemm64 72 GFLOP/s
-    {"matmul", F32, 1024, 2816, kAvx2, {8, 4, 3, 0}},  // gemv 29.8 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F32, 1536, 384, kAvx2, {8, 4, 3, 0}},  // gemv 25.9 GB/s, gemm64 103 GFLOP/s
-    {"matmul", F32, 2048, 256, kAvx2, {8, 4, 3, 0}},  // gemv 18.2 GB/s, gemm64 73 GFLOP/s
-    {"matmul", F32, 2816, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 19.9 GB/s, gemm64 81 GFLOP/s
-    {"matmul", F32, 4864, 896, kAvx2, {8, 4, 3, 0}},  // gemv 20.0 GB/s, gemm64 54 GFLOP/s
-    {"matmul", F32, 32000, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 21.5 GB/s, gemm64 59 GFLOP/s
-    {"matmul", F32, 151936, 896, kAvx2, {8, 4, 3, 0}},  // gemv 14.5 GB/s, gemm64 56 GFLOP/s
+    {"matmul", F32, 0, 0, kAvx2, {8, 4, 3, 0, 256, 0}},  // generic default
+    {"matmul", F32, 8, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 34.1 GB/s, gemm64 62 GFLOP/s
+    {"matmul", F32, 16, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 34.1 GB/s, gemm64 43 GFLOP/s
+    {"matmul", F32, 16, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 60.7 GB/s, gemm64 94 GFLOP/s
+    {"matmul", F32, 32, 16, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 25.6 GB/s, gemm64 36 GFLOP/s
+    {"matmul", F32, 32, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 58.5 GB/s, gemm64 64 GFLOP/s
+    {"matmul", F32, 32, 96, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 16.6 GB/s, gemm64 75 GFLOP/s
+    {"matmul", F32, 40, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 53.6 GB/s, gemm64 75 GFLOP/s
+    {"matmul", F32, 48, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 53.4 GB/s, gemm64 64 GFLOP/s
+    {"matmul", F32, 64, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 54.6 GB/s, gemm64 58 GFLOP/s
+    {"matmul", F32, 64, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 51.2 GB/s, gemm64 76 GFLOP/s
+    {"matmul", F32, 64, 128, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 32.4 GB/s, gemm64 91 GFLOP/s
+    {"matmul", F32, 64, 160, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 25.6 GB/s, gemm64 88 GFLOP/s
+    {"matmul", F32, 64, 172, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 17.8 GB/s, gemm64 43 GFLOP/s
+    {"matmul", F32, 64, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 31.3 GB/s, gemm64 102 GFLOP/s
+    {"matmul", F32, 64, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 22.2 GB/s, gemm64 109 GFLOP/s
+    {"matmul", F32, 96, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 71.9 GB/s, gemm64 60 GFLOP/s
+    {"matmul", F32, 96, 48, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 73.7 GB/s, gemm64 70 GFLOP/s
+    {"matmul", F32, 96, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 61.3 GB/s, gemm64 66 GFLOP/s
+    {"matmul", F32, 112, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 16.3 GB/s, gemm64 94 GFLOP/s
+    {"matmul", F32, 128, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 58.3 GB/s, gemm64 46 GFLOP/s
+    {"matmul", F32, 128, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 22.6 GB/s, gemm64 101 GFLOP/s
+    {"matmul", F32, 128, 896, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 20.6 GB/s, gemm64 110 GFLOP/s
+    {"matmul", F32, 160, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 42.2 GB/s, gemm64 78 GFLOP/s
+    {"matmul", F32, 172, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 21.9 GB/s, gemm64 65 GFLOP/s
+    {"matmul", F32, 256, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 17.2 GB/s, gemm64 66 GFLOP/s
+    {"matmul", F32, 256, 128, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 22.1 GB/s, gemm64 94 GFLOP/s
+    {"matmul", F32, 256, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 18.8 GB/s, gemm64 92 GFLOP/s
+    {"matmul", F32, 256, 512, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 21.2 GB/s, gemm64 102 GFLOP/s
+    {"matmul", F32, 256, 704, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 19.6 GB/s, gemm64 99 GFLOP/s
+    {"matmul", F32, 256, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 19.3 GB/s, gemm64 109 GFLOP/s
+    {"matmul", F32, 288, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 19.6 GB/s, gemm64 99 GFLOP/s
+    {"matmul", F32, 320, 64, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 15.7 GB/s, gemm64 63 GFLOP/s
+    {"matmul", F32, 384, 128, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 23.6 GB/s, gemm64 92 GFLOP/s
+    {"matmul", F32, 384, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 20.2 GB/s, gemm64 100 GFLOP/s
+    {"matmul", F32, 512, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 12.7 GB/s, gemm64 65 GFLOP/s
+    {"matmul", F32, 512, 96, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 20.3 GB/s, gemm64 86 GFLOP/s
+    {"matmul", F32, 512, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 20.5 GB/s, gemm64 96 GFLOP/s
+    {"matmul", F32, 704, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 22.1 GB/s, gemm64 87 GFLOP/s
+    {"matmul", F32, 896, 896, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 19.5 GB/s, gemm64 91 GFLOP/s
+    {"matmul", F32, 896, 4864, kAvx2, {8, 4, 3, 0, 32, 512}},  // gemv 21.8 GB/s, gemm64 52 GFLOP/s
+    {"matmul", F32, 1024, 512, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 24.1 GB/s, gemm64 90 GFLOP/s
+    {"matmul", F32, 1024, 1024, kAvx2, {8, 4, 3, 0, 32, 512}},  // gemv 18.8 GB/s, gemm64 93 GFLOP/s
+    {"matmul", F32, 1024, 2048, kAvx2, {8, 4, 3, 0, 32, 512}},  // gemv 22.8 GB/s, gemm64 86 GFLOP/s
+    {"matmul", F32, 1024, 2816, kAvx2, {8, 4, 3, 0, 32, 512}},  // gemv 23.2 GB/s, gemm64 85 GFLOP/s
+    {"matmul", F32, 1536, 384, kAvx2, {8, 4, 3, 0, 32, 512}},  // gemv 17.0 GB/s, gemm64 87 GFLOP/s
+    {"matmul", F32, 2048, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 16.9 GB/s, gemm64 83 GFLOP/s
+    {"matmul", F32, 2816, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 19.2 GB/s, gemm64 87 GFLOP/s
+    {"matmul", F32, 4864, 896, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 19.8 GB/s, gemm64 52 GFLOP/s
+    {"matmul", F32, 32000, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 17.3 GB/s, gemm64 56 GFLOP/s
+    {"matmul", F32, 151936, 896, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 16.7 GB/s, gemm64 59 GFLOP/s
     // BF16 avx2
-    {"matmul", BF16, 0, 0, kAvx2, {8, 4, 3, 0}},  // generic default
-    {"matmul", BF16, 8, 64, kAvx2, {4, 4, 3, 0}},  // gemv 14.6 GB/s, gemm64 49 GFLOP/s
-    {"matmul", BF16, 16, 32, kAvx2, {8, 4, 3, 0}},  // gemv 12.8 GB/s, gemm64 39 GFLOP/s
-    {"matmul", BF16, 16, 256, kAvx2, {4, 4, 3, 0}},  // gemv 32.8 GB/s, gemm64 83 GFLOP/s
-    {"matmul", BF16, 32, 16, kAvx2, {8, 4, 3, 0}},  // gemv 11.3 GB/s, gemm64 25 GFLOP/s
-    {"matmul", BF16, 32, 64, kAvx2, {4, 4, 3, 0}},  // gemv 25.6 GB/s, gemm64 58 GFLOP/s
-    {"matmul", BF16, 32, 96, kAvx2, {4, 4, 3, 0}},  // gemv 29.3 GB/s, gemm64 68 GFLOP/s
-    {"matmul", BF16, 40, 64, kAvx2, {4, 4, 3, 0}},  // gemv 34.1 GB/s, gemm64 59 GFLOP/s
-    {"matmul", BF16, 48, 64, kAvx2, {4, 4, 3, 0}},  // gemv 27.8 GB/s, gemm64 61 GFLOP/s
-    {"matmul", BF16, 64, 32, kAvx2, {8, 4, 3, 0}},  // gemv 20.5 GB/s, gemm64 50 GFLOP/s
-    {"matmul", BF16, 64, 64, kAvx2, {4, 4, 3, 0}},  // gemv 37.2 GB/s, gemm64 67 GFLOP/s
-    {"matmul", BF16, 64, 128, kAvx2, {4, 4, 3, 0}},  // gemv 44.2 GB/s, gemm64 75 GFLOP/s
-    {"matmul", BF16, 64, 160, kAvx2, {4, 4, 3, 0}},  // gemv 35.9 GB/s, gemm64 81 GFLOP/s
-    {"matmul", BF16, 64, 172, kAvx2, {8, 4, 3, 0}},  // gemv 10.1 GB/s, gemm64 60 GFLOP/s
-    {"matmul", BF16, 64, 256, kAvx2, {4, 4, 3, 0}},  // gemv 45.4 GB/s, gemm64 91 GFLOP/s
-    {"matmul", BF16, 64, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 15.8 GB/s, gemm64 101 GFLOP/s
-    {"matmul", BF16, 96, 32, kAvx2, {8, 4, 3, 0}},  // gemv 30.6 GB/s, gemm64 49 GFLOP/s
-    {"matmul", BF16, 96, 48, kAvx2, {8, 4, 3, 0}},  // gemv 26.3 GB/s, gemm64 59 GFLOP/s
-    {"matmul", BF16, 96, 64, kAvx2, {8, 4, 3, 0}},  // gemv 29.2 GB/s, gemm64 61 GFLOP/s
-    {"matmul", BF16, 112, 256, kAvx2, {8, 4, 3, 0}},  // gemv 15.4 GB/s, gemm64 91 GFLOP/s
-    {"matmul", BF16, 128, 32, kAvx2, {8, 4, 3, 0}},  // gemv 32.6 GB/s, gemm64 44 GFLOP/s
-    {"matmul", BF16, 128, 256, kAvx2, {8, 4, 3, 0}},  // gemv 12.6 GB/s, gemm64 89 GFLOP/s
-    {"matmul", BF16, 128, 896, kAvx2, {8, 4, 3, 0}},  // gemv 15.8 GB/s, gemm64 100 GFLOP/s
-    {"matmul", BF16, 160, 64, kAvx2, {8, 4, 3, 0}},  // gemv 37.9 GB/s, gemm64 67 GFLOP/s
-    {"matmul", BF16, 172, 64, kAvx2, {4, 4, 3, 0}},  // gemv 31.0 GB/s, gemm64 61 GFLOP/s
-    {"matmul", BF16, 256, 64, kAvx2, {8, 4, 3, 0}},  // gemv 27.7 GB/s, gemm64 60 GFLOP/s
-    {"matmul", BF16, 256, 128, kAvx2, {4, 4, 3, 0}},  // gemv 15.9 GB/s, gemm64 79 GFLOP/s
-    {"matmul", BF16, 256, 256, kAvx2, {8, 4, 3, 0}},  // gemv 11.9 GB/s, gemm64 91 GFLOP/s
-    {"matmul", BF16, 256, 512, kAvx2, {8, 4, 3, 0}},  // gemv 9.3 GB/s, gemm64 95 GFLOP/s
-    {"matmul", BF16, 256, 704, kAvx2, {8, 4, 3, 0}},  // gemv 14.9 GB/s, gemm64 96 GFLOP/s
-    {"matmul", BF16, 256, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 18.2 GB/s, gemm64 98 GFLOP/s
-    {"matmul", BF16, 288, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 15.7 GB/s, gemm64 91 GFLOP/s
-    {"matmul", BF16, 320, 64, kAvx2, {4, 4, 3, 0}},  // gemv 33.5 GB/s, gemm64 67 GFLOP/s
-    {"matmul", BF16, 384, 128, kAvx2, {4, 4, 3, 0}},  // gemv 21.7 GB/s, gemm64 82 GFLOP/s
-    {"matmul", BF16, 384, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 15.8 GB/s, gemm64 99 GFLOP/s
-    {"matmul", BF16, 512, 64, kAvx2, {4, 4, 3, 0}},  // gemv 25.2 GB/s, gemm64 68 GFLOP/s
-    {"matmul", BF16, 512, 96, kAvx2, {4, 4, 3, 0}},  // gemv 21.1 GB/s, gemm64 77 GFLOP/s
-    {"matmul", BF16, 512, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 16.6 GB/s, gemm64 93 GFLOP/s
-    {"matmul", BF16, 704, 256, kAvx2, {8, 4, 3, 0}},  // gemv 12.9 GB/s, gemm64 81 GFLOP/s
-    {"matmul", BF16, 896, 896, kAvx2, {8, 4, 3, 0}},  // gemv 11.5 GB/s, gemm64 71 GFLOP/s
-    {"matmul", BF16, 896, 4864, kAvx2, {8, 4, 3, 0}},  // gemv 16.1 GB/s, gemm64 39 GFLOP/s
-    {"matmul", BF16, 1024, 512, kAvx2, {8, 4, 3, 0}},  // gemv 12.5 GB/s, gemm64 79 GFLOP/s
-    {"matmul", BF16, 1024, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 11.7 GB/s, gemm64 67 GFLOP/s
-    {"matmul", BF16, 1024, 2048, kAvx2, {8, 4, 3, 0}},  // gemv 12.8 GB/s, gemm64 78 GFLOP/s
-    {"matmul", BF16, 1024, 2816, kAvx2, {8, 4, 3, 0}},  // gemv 14.0 GB/s, gemm64 66 GFLOP/s
-    {"matmul", BF16, 1536, 384, kAvx2, {8, 4, 3, 0}},  // gemv 11.5 GB/s, gemm64 80 GFLOP/s
-    {"matmul", BF16, 2048, 256, kAvx2, {8, 4, 3, 0}},  // gemv 9.6 GB/s, gemm64 70 GFLOP/s
-    {"matmul", BF16, 2816, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 11.3 GB/s, gemm64 78 GFLOP/s
-    {"matmul", BF16, 4864, 896, kAvx2, {8, 2, 4, 0}},  // gemv 13.5 GB/s, gemm64 64 GFLOP/s
-    {"matmul", BF16, 32000, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 13.3 GB/s, gemm64 55 GFLOP/s
-    {"matmul", BF16, 151936, 896, kAvx2, {8, 4, 3, 0}},  // gemv 9.7 GB/s, gemm64 54 GFLOP/s
+    {"matmul", BF16, 0, 0, kAvx2, {8, 4, 3, 0, 256, 0}},  // generic default
+    {"matmul", BF16, 8, 64, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 17.1 GB/s, gemm64 49 GFLOP/s
+    {"matmul", BF16, 16, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 12.8 GB/s, gemm64 40 GFLOP/s
+    {"matmul", BF16, 16, 256, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 32.6 GB/s, gemm64 82 GFLOP/s
+    {"matmul", BF16, 32, 16, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 10.2 GB/s, gemm64 25 GFLOP/s
+    {"matmul", BF16, 32, 64, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 25.4 GB/s, gemm64 58 GFLOP/s
+    {"matmul", BF16, 32, 96, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 27.9 GB/s, gemm64 68 GFLOP/s
+    {"matmul", BF16, 40, 64, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 25.6 GB/s, gemm64 58 GFLOP/s
+    {"matmul", BF16, 48, 64, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 36.1 GB/s, gemm64 60 GFLOP/s
+    {"matmul", BF16, 64, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 20.5 GB/s, gemm64 43 GFLOP/s
+    {"matmul", BF16, 64, 64, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 27.3 GB/s, gemm64 59 GFLOP/s
+    {"matmul", BF16, 64, 128, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 34.8 GB/s, gemm64 77 GFLOP/s
+    {"matmul", BF16, 64, 160, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 35.2 GB/s, gemm64 81 GFLOP/s
+    {"matmul", BF16, 64, 172, kAvx2, {4, 2, 4, 0, 256, 0}},  // gemv 25.6 GB/s, gemm64 46 GFLOP/s
+    {"matmul", BF16, 64, 256, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 39.0 GB/s, gemm64 88 GFLOP/s
+    {"matmul", BF16, 64, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 12.6 GB/s, gemm64 97 GFLOP/s
+    {"matmul", BF16, 96, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 22.7 GB/s, gemm64 43 GFLOP/s
+    {"matmul", BF16, 96, 48, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 26.3 GB/s, gemm64 52 GFLOP/s
+    {"matmul", BF16, 96, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 28.5 GB/s, gemm64 61 GFLOP/s
+    {"matmul", BF16, 112, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 14.4 GB/s, gemm64 91 GFLOP/s
+    {"matmul", BF16, 128, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 31.5 GB/s, gemm64 51 GFLOP/s
+    {"matmul", BF16, 128, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 15.7 GB/s, gemm64 92 GFLOP/s
+    {"matmul", BF16, 128, 896, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 16.4 GB/s, gemm64 100 GFLOP/s
+    {"matmul", BF16, 160, 64, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 41.8 GB/s, gemm64 68 GFLOP/s
+    {"matmul", BF16, 172, 64, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 40.0 GB/s, gemm64 68 GFLOP/s
+    {"matmul", BF16, 256, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 33.1 GB/s, gemm64 68 GFLOP/s
+    {"matmul", BF16, 256, 128, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 25.6 GB/s, gemm64 84 GFLOP/s
+    {"matmul", BF16, 256, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 16.5 GB/s, gemm64 92 GFLOP/s
+    {"matmul", BF16, 256, 512, kAvx2, {8, 4, 3, 0, 32, 512}},  // gemv 15.0 GB/s, gemm64 97 GFLOP/s
+    {"matmul", BF16, 256, 704, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 16.2 GB/s, gemm64 101 GFLOP/s
+    {"matmul", BF16, 256, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 16.1 GB/s, gemm64 96 GFLOP/s
+    {"matmul", BF16, 288, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 12.8 GB/s, gemm64 97 GFLOP/s
+    {"matmul", BF16, 320, 64, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 38.6 GB/s, gemm64 67 GFLOP/s
+    {"matmul", BF16, 384, 128, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 16.4 GB/s, gemm64 77 GFLOP/s
+    {"matmul", BF16, 384, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 11.6 GB/s, gemm64 99 GFLOP/s
+    {"matmul", BF16, 512, 64, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 18.2 GB/s, gemm64 62 GFLOP/s
+    {"matmul", BF16, 512, 96, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 11.8 GB/s, gemm64 76 GFLOP/s
+    {"matmul", BF16, 512, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 17.1 GB/s, gemm64 101 GFLOP/s
+    {"matmul", BF16, 704, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 16.4 GB/s, gemm64 93 GFLOP/s
+    {"matmul", BF16, 896, 896, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 12.6 GB/s, gemm64 95 GFLOP/s
+    {"matmul", BF16, 896, 4864, kAvx2, {8, 4, 3, 0, 32, 512}},  // gemv 20.2 GB/s, gemm64 86 GFLOP/s
+    {"matmul", BF16, 1024, 512, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 9.9 GB/s, gemm64 99 GFLOP/s
+    {"matmul", BF16, 1024, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 12.6 GB/s, gemm64 91 GFLOP/s
+    {"matmul", BF16, 1024, 2048, kAvx2, {8, 4, 3, 0, 32, 512}},  // gemv 16.2 GB/s, gemm64 95 GFLOP/s
+    {"matmul", BF16, 1024, 2816, kAvx2, {8, 4, 3, 0, 32, 512}},  // gemv 18.2 GB/s, gemm64 93 GFLOP/s
+    {"matmul", BF16, 1536, 384, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 11.6 GB/s, gemm64 95 GFLOP/s
+    {"matmul", BF16, 2048, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 15.7 GB/s, gemm64 92 GFLOP/s
+    {"matmul", BF16, 2816, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 15.9 GB/s, gemm64 85 GFLOP/s
+    {"matmul", BF16, 4864, 896, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 13.7 GB/s, gemm64 82 GFLOP/s
+    {"matmul", BF16, 32000, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 14.1 GB/s, gemm64 57 GFLOP/s
+    {"matmul", BF16, 151936, 896, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.7 GB/s, gemm64 57 GFLOP/s
     // MXFP4 avx2
-    {"matmul", MXFP4, 0, 0, kAvx2, {4, 4, 1, 0}},  // generic default
-    {"matmul", MXFP4, 8, 64, kAvx2, {4, 4, 1, 0}},  // gemv 1.2 GB/s, gemm64 8 GFLOP/s
-    {"matmul", MXFP4, 16, 32, kAvx2, {8, 4, 1, 0}},  // gemv 0.8 GB/s, gemm64 5 GFLOP/s
-    {"matmul", MXFP4, 16, 256, kAvx2, {8, 4, 1, 0}},  // gemv 6.8 GB/s, gemm64 34 GFLOP/s
-    {"matmul", MXFP4, 32, 64, kAvx2, {8, 4, 1, 0}},  // gemv 1.7 GB/s, gemm64 11 GFLOP/s
-    {"matmul", MXFP4, 32, 96, kAvx2, {8, 4, 1, 0}},  // gemv 2.6 GB/s, gemm64 17 GFLOP/s
-    {"matmul", MXFP4, 40, 64, kAvx2, {8, 4, 1, 0}},  // gemv 1.9 GB/s, gemm64 12 GFLOP/s
-    {"matmul", MXFP4, 48, 64, kAvx2, {8, 4, 1, 0}},  // gemv 1.9 GB/s, gemm64 12 GFLOP/s
-    {"matmul", MXFP4, 64, 32, kAvx2, {4, 4, 1, 0}},  // gemv 0.9 GB/s, gemm64 6 GFLOP/s
-    {"matmul", MXFP4, 64, 64, kAvx2, {8, 4, 1, 0}},  // gemv 1.9 GB/s, gemm64 13 GFLOP/s
-    {"matmul", MXFP4, 64, 128, kAvx2, {8, 4, 1, 0}},  // gemv 3.9 GB/s, gemm64 25 GFLOP/s
-    {"matmul", MXFP4, 64, 160, kAvx2, {4, 4, 1, 0}},  // gemv 4.4 GB/s, gemm64 26 GFLOP/s
-    {"matmul", MXFP4, 64, 256, kAvx2, {8, 4, 1, 0}},  // gemv 11.1 GB/s, gemm64 56 GFLOP/s
-    {"matmul", MXFP4, 64, 1024, kAvx2, {4, 4, 1, 0}},  // gemv 6.2 GB/s, gemm64 86 GFLOP/s
-    {"matmul", MXFP4, 96, 32, kAvx2, {8, 4, 1, 0}},  // gemv 1.0 GB/s, gemm64 6 GFLOP/s
-    {"matmul", MXFP4, 96, 64, kAvx2, {8, 4, 1, 0}},  // gemv 2.1 GB/s, gemm64 13 GFLOP/s
-    {"matmul", MXFP4, 112, 256, kAvx2, {8, 4, 1, 0}},  // gemv 12.3 GB/s, gemm64 61 GFLOP/s
-    {"matmul", MXFP4, 128, 32, kAvx2, {8, 4, 1, 0}},  // gemv 1.0 GB/s, gemm64 6 GFLOP/s
-    {"matmul", MXFP4, 128, 256, kAvx2, {4, 4, 1, 0}},  // gemv 17.4 GB/s, gemm64 99 GFLOP/s
-    {"matmul", MXFP4, 128, 896, kAvx2, {4, 4, 1, 0}},  // gemv 4.8 GB/s, gemm64 81 GFLOP/s
-    {"matmul", MXFP4, 160, 64, kAvx2, {8, 4, 1, 0}},  // gemv 2.0 GB/s, gemm64 13 GFLOP/s
-    {"matmul", MXFP4, 172, 64, kAvx2, {8, 4, 1, 0}},  // gemv 2.1 GB/s, gemm64 13 GFLOP/s
-    {"matmul", MXFP4, 256, 64, kAvx2, {8, 4, 1, 0}},  // gemv 2.1 GB/s, gemm64 14 GFLOP/s
-    {"matmul", MXFP4, 256, 128, kAvx2, {8, 4, 1, 0}},  // gemv 3.9 GB/s, gemm64 27 GFLOP/s
-    {"matmul", MXFP4, 256, 256, kAvx2, {8, 4, 1, 0}},  // gemv 9.1 GB/s, gemm64 67 GFLOP/s
-    {"matmul", MXFP4, 256, 512, kAvx2, {4, 4, 1, 0}},  // gemv 9.2 GB/s, gemm64 89 GFLOP/s
-    {"matmul", MXFP4, 256, 704, kAvx2, {4, 4, 1, 0}},  // gemv 9.4 GB/s, gemm64 86 GFLOP/s
-    {"matmul", MXFP4, 256, 1024, kAvx2, {8, 4, 1, 0}},  // gemv 7.5 GB/s, gemm64 111 GFLOP/s
-    {"matmul", MXFP4, 288, 1024, kAvx2, {8, 4, 1, 0}},  // gemv 13.5 GB/s, gemm64 157 GFLOP/s
-    {"matmul", MXFP4, 320, 64, kAvx2, {8, 4, 1, 0}},  // gemv 2.6 GB/s, gemm64 14 GFLOP/s
-    {"matmul", MXFP4, 384, 128, kAvx2, {8, 4, 1, 0}},  // gemv 5.2 GB/s, gemm64 29 GFLOP/s
-    {"matmul", MXFP4, 384, 1024, kAvx2, {8, 4, 1, 0}},  // gemv 14.5 GB/s, gemm64 161 GFLOP/s
-    {"matmul", MXFP4, 512, 64, kAvx2, {8, 4, 1, 0}},  // gemv 2.6 GB/s, gemm64 14 GFLOP/s
-    {"matmul", MXFP4, 512, 96, kAvx2, {8, 4, 1, 0}},  // gemv 3.5 GB/s, gemm64 20 GFLOP/s
-    {"matmul", MXFP4, 512, 1024, kAvx2, {8, 4, 1, 0}},  // gemv 15.8 GB/s, gemm64 161 GFLOP/s
-    {"matmul", MXFP4, 704, 256, kAvx2, {8, 4, 1, 0}},  // gemv 14.0 GB/s, gemm64 108 GFLOP/s
-    {"matmul", MXFP4, 896, 896, kAvx2, {4, 4, 1, 0}},  // gemv 13.2 GB/s, gemm64 122 GFLOP/s
-    {"matmul", MXFP4, 896, 4864, kAvx2, {8, 4, 1, 0}},  // gemv 17.4 GB/s, gemm64 167 GFLOP/s
-    {"matmul", MXFP4, 1024, 512, kAvx2, {4, 4, 1, 0}},  // gemv 15.9 GB/s, gemm64 136 GFLOP/s
-    {"matmul", MXFP4, 1024, 1024, kAvx2, {8, 4, 1, 0}},  // gemv 8.1 GB/s, gemm64 111 GFLOP/s
-    {"matmul", MXFP4, 1024, 2048, kAvx2, {4, 4, 1, 0}},  // gemv 13.3 GB/s, gemm64 145 GFLOP/s
-    {"matmul", MXFP4, 1024, 2816, kAvx2, {4, 4, 1, 0}},  // gemv 8.6 GB/s, gemm64 121 GFLOP/s
-    {"matmul", MXFP4, 1536, 384, kAvx2, {4, 4, 1, 0}},  // gemv 7.3 GB/s, gemm64 58 GFLOP/s
-    {"matmul", MXFP4, 2048, 256, kAvx2, {4, 4, 1, 0}},  // gemv 13.1 GB/s, gemm64 69 GFLOP/s
-    {"matmul", MXFP4, 2816, 1024, kAvx2, {8, 4, 1, 0}},  // gemv 6.6 GB/s, gemm64 110 GFLOP/s
-    {"matmul", MXFP4, 4864, 896, kAvx2, {4, 4, 1, 0}},  // gemv 6.1 GB/s, gemm64 86 GFLOP/s
-    {"matmul", MXFP4, 32000, 1024, kAvx2, {8, 4, 1, 0}},  // gemv 7.6 GB/s, gemm64 76 GFLOP/s
-    {"matmul", MXFP4, 151936, 896, kAvx2, {4, 4, 1, 0}},  // gemv 4.4 GB/s, gemm64 68 GFLOP/s
+    {"matmul", MXFP4, 0, 0, kAvx2, {4, 4, 1, 0, 32, 256}},  // generic default
+    {"matmul", MXFP4, 8, 64, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 1.5 GB/s, gemm64 8 GFLOP/s
+    {"matmul", MXFP4, 16, 32, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 0.9 GB/s, gemm64 5 GFLOP/s
+    {"matmul", MXFP4, 16, 256, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 6.6 GB/s, gemm64 36 GFLOP/s
+    {"matmul", MXFP4, 32, 64, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 1.7 GB/s, gemm64 12 GFLOP/s
+    {"matmul", MXFP4, 32, 96, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 2.4 GB/s, gemm64 17 GFLOP/s
+    {"matmul", MXFP4, 40, 64, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 1.8 GB/s, gemm64 12 GFLOP/s
+    {"matmul", MXFP4, 48, 64, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 1.8 GB/s, gemm64 12 GFLOP/s
+    {"matmul", MXFP4, 64, 32, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 1.0 GB/s, gemm64 7 GFLOP/s
+    {"matmul", MXFP4, 64, 64, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 2.0 GB/s, gemm64 13 GFLOP/s
+    {"matmul", MXFP4, 64, 128, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 4.0 GB/s, gemm64 26 GFLOP/s
+    {"matmul", MXFP4, 64, 160, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 4.8 GB/s, gemm64 29 GFLOP/s
+    {"matmul", MXFP4, 64, 256, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 11.3 GB/s, gemm64 59 GFLOP/s
+    {"matmul", MXFP4, 64, 1024, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 18.7 GB/s, gemm64 117 GFLOP/s
+    {"matmul", MXFP4, 96, 32, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 1.2 GB/s, gemm64 7 GFLOP/s
+    {"matmul", MXFP4, 96, 64, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 2.6 GB/s, gemm64 14 GFLOP/s
+    {"matmul", MXFP4, 112, 256, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 11.7 GB/s, gemm64 97 GFLOP/s
+    {"matmul", MXFP4, 128, 32, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 1.0 GB/s, gemm64 7 GFLOP/s
+    {"matmul", MXFP4, 128, 256, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 17.9 GB/s, gemm64 99 GFLOP/s
+    {"matmul", MXFP4, 128, 896, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 10.6 GB/s, gemm64 111 GFLOP/s
+    {"matmul", MXFP4, 160, 64, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 2.7 GB/s, gemm64 14 GFLOP/s
+    {"matmul", MXFP4, 172, 64, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 2.0 GB/s, gemm64 13 GFLOP/s
+    {"matmul", MXFP4, 256, 64, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 2.1 GB/s, gemm64 13 GFLOP/s
+    {"matmul", MXFP4, 256, 128, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 4.1 GB/s, gemm64 27 GFLOP/s
+    {"matmul", MXFP4, 256, 256, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 9.1 GB/s, gemm64 67 GFLOP/s
+    {"matmul", MXFP4, 256, 512, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 8.7 GB/s, gemm64 91 GFLOP/s
+    {"matmul", MXFP4, 256, 704, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 6.1 GB/s, gemm64 82 GFLOP/s
+    {"matmul", MXFP4, 256, 1024, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 7.8 GB/s, gemm64 107 GFLOP/s
+    {"matmul", MXFP4, 288, 1024, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 6.9 GB/s, gemm64 109 GFLOP/s
+    {"matmul", MXFP4, 320, 64, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 2.2 GB/s, gemm64 14 GFLOP/s
+    {"matmul", MXFP4, 384, 128, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 4.1 GB/s, gemm64 27 GFLOP/s
+    {"matmul", MXFP4, 384, 1024, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 7.1 GB/s, gemm64 157 GFLOP/s
+    {"matmul", MXFP4, 512, 64, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 2.1 GB/s, gemm64 14 GFLOP/s
+    {"matmul", MXFP4, 512, 96, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 2.8 GB/s, gemm64 20 GFLOP/s
+    {"matmul", MXFP4, 512, 1024, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 8.2 GB/s, gemm64 110 GFLOP/s
+    {"matmul", MXFP4, 704, 256, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 12.4 GB/s, gemm64 67 GFLOP/s
+    {"matmul", MXFP4, 896, 896, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 12.4 GB/s, gemm64 120 GFLOP/s
+    {"matmul", MXFP4, 896, 4864, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 10.8 GB/s, gemm64 169 GFLOP/s
+    {"matmul", MXFP4, 1024, 512, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 12.2 GB/s, gemm64 139 GFLOP/s
+    {"matmul", MXFP4, 1024, 1024, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 14.1 GB/s, gemm64 161 GFLOP/s
+    {"matmul", MXFP4, 1024, 2048, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 19.7 GB/s, gemm64 159 GFLOP/s
+    {"matmul", MXFP4, 1024, 2816, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 11.3 GB/s, gemm64 119 GFLOP/s
+    {"matmul", MXFP4, 1536, 384, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 6.7 GB/s, gemm64 57 GFLOP/s
+    {"matmul", MXFP4, 2048, 256, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 11.3 GB/s, gemm64 66 GFLOP/s
+    {"matmul", MXFP4, 2816, 1024, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 10.6 GB/s, gemm64 156 GFLOP/s
+    {"matmul", MXFP4, 4864, 896, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 7.7 GB/s, gemm64 119 GFLOP/s
+    {"matmul", MXFP4, 32000, 1024, kAvx2, {8, 4, 1, 0, 32, 256}},  // gemv 12.7 GB/s, gemm64 92 GFLOP/s
+    {"matmul", MXFP4, 151936, 896, kAvx2, {4, 4, 1, 0, 32, 256}},  // gemv 6.4 GB/s, gemm64 79 GFLOP/s
     // F8_E4M3 avx2
-    {"matmul", F8_E4M3, 0, 0, kAvx2, {8, 4, 3, 0}},  // generic default
-    {"matmul", F8_E4M3, 8, 64, kAvx2, {8, 4, 3, 0}},  // gemv 5.2 GB/s, gemm64 36 GFLOP/s
-    {"matmul", F8_E4M3, 16, 32, kAvx2, {8, 4, 3, 0}},  // gemv 4.7 GB/s, gemm64 29 GFLOP/s
-    {"matmul", F8_E4M3, 16, 256, kAvx2, {8, 4, 3, 0}},  // gemv 8.4 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F8_E4M3, 32, 16, kAvx2, {8, 4, 3, 0}},  // gemv 4.0 GB/s, gemm64 20 GFLOP/s
-    {"matmul", F8_E4M3, 32, 64, kAvx2, {8, 4, 3, 0}},  // gemv 7.1 GB/s, gemm64 38 GFLOP/s
-    {"matmul", F8_E4M3, 32, 96, kAvx2, {8, 4, 3, 0}},  // gemv 7.7 GB/s, gemm64 42 GFLOP/s
-    {"matmul", F8_E4M3, 40, 64, kAvx2, {8, 4, 3, 0}},  // gemv 7.3 GB/s, gemm64 38 GFLOP/s
-    {"matmul", F8_E4M3, 48, 64, kAvx2, {8, 4, 3, 0}},  // gemv 7.3 GB/s, gemm64 38 GFLOP/s
-    {"matmul", F8_E4M3, 64, 32, kAvx2, {8, 4, 3, 0}},  // gemv 6.4 GB/s, gemm64 29 GFLOP/s
-    {"matmul", F8_E4M3, 64, 64, kAvx2, {8, 4, 3, 0}},  // gemv 7.5 GB/s, gemm64 38 GFLOP/s
-    {"matmul", F8_E4M3, 64, 128, kAvx2, {8, 4, 3, 0}},  // gemv 8.4 GB/s, gemm64 44 GFLOP/s
-    {"matmul", F8_E4M3, 64, 160, kAvx2, {8, 4, 3, 0}},  // gemv 8.5 GB/s, gemm64 45 GFLOP/s
-    {"matmul", F8_E4M3, 64, 172, kAvx2, {8, 4, 3, 0}},  // gemv 7.7 GB/s, gemm64 36 GFLOP/s
-    {"matmul", F8_E4M3, 64, 256, kAvx2, {8, 4, 3, 0}},  // gemv 8.8 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F8_E4M3, 64, 1024, kAvx2, {4, 4, 3, 0}},  // gemv 8.5 GB/s, gemm64 50 GFLOP/s
-    {"matmul", F8_E4M3, 96, 32, kAvx2, {8, 4, 3, 0}},  // gemv 6.5 GB/s, gemm64 30 GFLOP/s
-    {"matmul", F8_E4M3, 96, 48, kAvx2, {8, 4, 3, 0}},  // gemv 7.2 GB/s, gemm64 35 GFLOP/s
-    {"matmul", F8_E4M3, 96, 64, kAvx2, {8, 4, 3, 0}},  // gemv 6.5 GB/s, gemm64 38 GFLOP/s
-    {"matmul", F8_E4M3, 112, 256, kAvx2, {8, 4, 3, 0}},  // gemv 7.6 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F8_E4M3, 128, 32, kAvx2, {8, 4, 3, 0}},  // gemv 6.6 GB/s, gemm64 30 GFLOP/s
-    {"matmul", F8_E4M3, 128, 256, kAvx2, {8, 4, 3, 0}},  // gemv 8.0 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F8_E4M3, 128, 896, kAvx2, {4, 4, 3, 0}},  // gemv 8.6 GB/s, gemm64 50 GFLOP/s
-    {"matmul", F8_E4M3, 160, 64, kAvx2, {8, 4, 3, 0}},  // gemv 7.9 GB/s, gemm64 38 GFLOP/s
-    {"matmul", F8_E4M3, 172, 64, kAvx2, {8, 4, 3, 0}},  // gemv 7.8 GB/s, gemm64 38 GFLOP/s
-    {"matmul", F8_E4M3, 256, 64, kAvx2, {8, 4, 3, 0}},  // gemv 8.0 GB/s, gemm64 39 GFLOP/s
-    {"matmul", F8_E4M3, 256, 128, kAvx2, {8, 4, 3, 0}},  // gemv 8.5 GB/s, gemm64 45 GFLOP/s
-    {"matmul", F8_E4M3, 256, 256, kAvx2, {4, 4, 3, 0}},  // gemv 8.0 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F8_E4M3, 256, 512, kAvx2, {8, 4, 3, 0}},  // gemv 8.3 GB/s, gemm64 50 GFLOP/s
-    {"matmul", F8_E4M3, 256, 704, kAvx2, {8, 4, 3, 0}},  // gemv 8.3 GB/s, gemm64 50 GFLOP/s
-    {"matmul", F8_E4M3, 256, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 8.6 GB/s, gemm64 44 GFLOP/s
-    {"matmul", F8_E4M3, 288, 1024, kAvx2, {4, 4, 3, 0}},  // gemv 7.4 GB/s, gemm64 45 GFLOP/s
-    {"matmul", F8_E4M3, 320, 64, kAvx2, {8, 4, 3, 0}},  // gemv 6.7 GB/s, gemm64 32 GFLOP/s
-    {"matmul", F8_E4M3, 384, 128, kAvx2, {4, 4, 3, 0}},  // gemv 6.7 GB/s, gemm64 38 GFLOP/s
-    {"matmul", F8_E4M3, 384, 1024, kAvx2, {4, 4, 3, 0}},  // gemv 7.5 GB/s, gemm64 43 GFLOP/s
-    {"matmul", F8_E4M3, 512, 64, kAvx2, {8, 4, 3, 0}},  // gemv 6.9 GB/s, gemm64 38 GFLOP/s
-    {"matmul", F8_E4M3, 512, 96, kAvx2, {4, 4, 3, 0}},  // gemv 6.4 GB/s, gemm64 37 GFLOP/s
-    {"matmul", F8_E4M3, 512, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 8.8 GB/s, gemm64 47 GFLOP/s
-    {"matmul", F8_E4M3, 704, 256, kAvx2, {4, 4, 3, 0}},  // gemv 8.3 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F8_E4M3, 896, 896, kAvx2, {4, 4, 3, 0}},  // gemv 7.9 GB/s, gemm64 41 GFLOP/s
-    {"matmul", F8_E4M3, 896, 4864, kAvx2, {8, 4, 3, 0}},  // gemv 6.7 GB/s, gemm64 33 GFLOP/s
-    {"matmul", F8_E4M3, 1024, 512, kAvx2, {8, 4, 3, 0}},  // gemv 8.9 GB/s, gemm64 47 GFLOP/s
-    {"matmul", F8_E4M3, 1024, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 8.9 GB/s, gemm64 41 GFLOP/s
-    {"matmul", F8_E4M3, 1024, 2048, kAvx2, {4, 4, 3, 0}},  // gemv 8.2 GB/s, gemm64 40 GFLOP/s
-    {"matmul", F8_E4M3, 1024, 2816, kAvx2, {4, 4, 3, 0}},  // gemv 8.6 GB/s, gemm64 31 GFLOP/s
-    {"matmul", F8_E4M3, 1536, 384, kAvx2, {8, 4, 3, 0}},  // gemv 8.4 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F8_E4M3, 2048, 256, kAvx2, {8, 4, 3, 0}},  // gemv 8.6 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F8_E4M3, 2816, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 9.0 GB/s, gemm64 31 GFLOP/s
-    {"matmul", F8_E4M3, 4864, 896, kAvx2, {8, 4, 3, 0}},  // gemv 8.7 GB/s, gemm64 35 GFLOP/s
-    {"matmul", F8_E4M3, 32000, 1024, kAvx2, {8, 4, 3, 0}},  // gemv 9.1 GB/s, gemm64 31 GFLOP/s
-    {"matmul", F8_E4M3, 151936, 896, kAvx2, {8, 4, 3, 0}},  // gemv 5.3 GB/s, gemm64 30 GFLOP/s
+    {"matmul", F8_E4M3, 0, 0, kAvx2, {8, 4, 3, 0, 256, 0}},  // generic default
+    {"matmul", F8_E4M3, 8, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 5.2 GB/s, gemm64 37 GFLOP/s
+    {"matmul", F8_E4M3, 16, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 4.7 GB/s, gemm64 29 GFLOP/s
+    {"matmul", F8_E4M3, 16, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.4 GB/s, gemm64 48 GFLOP/s
+    {"matmul", F8_E4M3, 32, 16, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 4.0 GB/s, gemm64 21 GFLOP/s
+    {"matmul", F8_E4M3, 32, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 7.1 GB/s, gemm64 38 GFLOP/s
+    {"matmul", F8_E4M3, 32, 96, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 7.7 GB/s, gemm64 42 GFLOP/s
+    {"matmul", F8_E4M3, 40, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 7.3 GB/s, gemm64 38 GFLOP/s
+    {"matmul", F8_E4M3, 48, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 6.3 GB/s, gemm64 32 GFLOP/s
+    {"matmul", F8_E4M3, 64, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 6.2 GB/s, gemm64 30 GFLOP/s
+    {"matmul", F8_E4M3, 64, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 7.6 GB/s, gemm64 38 GFLOP/s
+    {"matmul", F8_E4M3, 64, 128, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.4 GB/s, gemm64 45 GFLOP/s
+    {"matmul", F8_E4M3, 64, 160, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.5 GB/s, gemm64 45 GFLOP/s
+    {"matmul", F8_E4M3, 64, 172, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 7.7 GB/s, gemm64 35 GFLOP/s
+    {"matmul", F8_E4M3, 64, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.9 GB/s, gemm64 49 GFLOP/s
+    {"matmul", F8_E4M3, 64, 1024, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 8.6 GB/s, gemm64 50 GFLOP/s
+    {"matmul", F8_E4M3, 96, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 6.5 GB/s, gemm64 30 GFLOP/s
+    {"matmul", F8_E4M3, 96, 48, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 7.3 GB/s, gemm64 35 GFLOP/s
+    {"matmul", F8_E4M3, 96, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 7.9 GB/s, gemm64 39 GFLOP/s
+    {"matmul", F8_E4M3, 112, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.9 GB/s, gemm64 48 GFLOP/s
+    {"matmul", F8_E4M3, 128, 32, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 6.6 GB/s, gemm64 30 GFLOP/s
+    {"matmul", F8_E4M3, 128, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.6 GB/s, gemm64 48 GFLOP/s
+    {"matmul", F8_E4M3, 128, 896, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 8.8 GB/s, gemm64 51 GFLOP/s
+    {"matmul", F8_E4M3, 160, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.0 GB/s, gemm64 39 GFLOP/s
+    {"matmul", F8_E4M3, 172, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.0 GB/s, gemm64 39 GFLOP/s
+    {"matmul", F8_E4M3, 256, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.1 GB/s, gemm64 39 GFLOP/s
+    {"matmul", F8_E4M3, 256, 128, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.6 GB/s, gemm64 45 GFLOP/s
+    {"matmul", F8_E4M3, 256, 256, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 6.1 GB/s, gemm64 41 GFLOP/s
+    {"matmul", F8_E4M3, 256, 512, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 6.8 GB/s, gemm64 44 GFLOP/s
+    {"matmul", F8_E4M3, 256, 704, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 7.1 GB/s, gemm64 46 GFLOP/s
+    {"matmul", F8_E4M3, 256, 1024, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 7.2 GB/s, gemm64 45 GFLOP/s
+    {"matmul", F8_E4M3, 288, 1024, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 7.4 GB/s, gemm64 45 GFLOP/s
+    {"matmul", F8_E4M3, 320, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 6.7 GB/s, gemm64 32 GFLOP/s
+    {"matmul", F8_E4M3, 384, 128, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 6.8 GB/s, gemm64 38 GFLOP/s
+    {"matmul", F8_E4M3, 384, 1024, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 7.3 GB/s, gemm64 45 GFLOP/s
+    {"matmul", F8_E4M3, 512, 64, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 6.2 GB/s, gemm64 33 GFLOP/s
+    {"matmul", F8_E4M3, 512, 96, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 6.6 GB/s, gemm64 36 GFLOP/s
+    {"matmul", F8_E4M3, 512, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.7 GB/s, gemm64 50 GFLOP/s
+    {"matmul", F8_E4M3, 704, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.2 GB/s, gemm64 40 GFLOP/s
+    {"matmul", F8_E4M3, 896, 896, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 7.7 GB/s, gemm64 31 GFLOP/s
+    {"matmul", F8_E4M3, 896, 4864, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 7.1 GB/s, gemm64 30 GFLOP/s
+    {"matmul", F8_E4M3, 1024, 512, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 6.9 GB/s, gemm64 41 GFLOP/s
+    {"matmul", F8_E4M3, 1024, 1024, kAvx2, {4, 4, 3, 0, 256, 0}},  // gemv 7.7 GB/s, gemm64 42 GFLOP/s
+    {"matmul", F8_E4M3, 1024, 2048, kAvx2, {4, 4, 3, 0, 32, 512}},  // gemv 7.7 GB/s, gemm64 31 GFLOP/s
+    {"matmul", F8_E4M3, 1024, 2816, kAvx2, {4, 4, 3, 0, 32, 512}},  // gemv 8.3 GB/s, gemm64 45 GFLOP/s
+    {"matmul", F8_E4M3, 1536, 384, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.0 GB/s, gemm64 47 GFLOP/s
+    {"matmul", F8_E4M3, 2048, 256, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 8.2 GB/s, gemm64 46 GFLOP/s
+    {"matmul", F8_E4M3, 2816, 1024, kAvx2, {8, 4, 3, 0, 32, 512}},  // gemv 9.0 GB/s, gemm64 45 GFLOP/s
+    {"matmul", F8_E4M3, 4864, 896, kAvx2, {4, 4, 3, 0, 32, 512}},  // gemv 8.7 GB/s, gemm64 35 GFLOP/s
+    {"matmul", F8_E4M3, 32000, 1024, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 6.3 GB/s, gemm64 32 GFLOP/s
+    {"matmul", F8_E4M3, 151936, 896, kAvx2, {8, 4, 3, 0, 256, 0}},  // gemv 5.5 GB/s, gemm64 42 GFLOP/s
     // F32 avx512
-    {"matmul", F32, 0, 0, kAvx512, {8, 4, 6, 1024}},  // generic default
-    {"matmul", F32, 8, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 41.0 GB/s, gemm64 74 GFLOP/s
-    {"matmul", F32, 16, 32, kAvx512, {8, 8, 3, 1024}},  // gemv 34.1 GB/s, gemm64 53 GFLOP/s
-    {"matmul", F32, 16, 256, kAvx512, {4, 4, 6, 1024}},  // gemv 85.8 GB/s, gemm64 98 GFLOP/s
-    {"matmul", F32, 32, 16, kAvx512, {8, 4, 6, 1024}},  // gemv 20.5 GB/s, gemm64 28 GFLOP/s
-    {"matmul", F32, 32, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 58.1 GB/s, gemm64 82 GFLOP/s
-    {"matmul", F32, 32, 96, kAvx512, {4, 4, 6, 1024}},  // gemv 64.7 GB/s, gemm64 106 GFLOP/s
-    {"matmul", F32, 40, 64, kAvx512, {4, 4, 6, 2048}},  // gemv 72.6 GB/s, gemm64 87 GFLOP/s
-    {"matmul", F32, 48, 64, kAvx512, {4, 4, 6, 2048}},  // gemv 76.8 GB/s, gemm64 91 GFLOP/s
-    {"matmul", F32, 64, 32, kAvx512, {8, 4, 6, 1024}},  // gemv 63.0 GB/s, gemm64 53 GFLOP/s
-    {"matmul", F32, 64, 64, kAvx512, {4, 4, 6, 2048}},  // gemv 74.5 GB/s, gemm64 88 GFLOP/s
-    {"matmul", F32, 64, 128, kAvx512, {4, 4, 6, 2048}},  // gemv 81.7 GB/s, gemm64 120 GFLOP/s
-    {"matmul", F32, 64, 160, kAvx512, {4, 4, 6, 2048}},  // gemv 83.4 GB/s, gemm64 129 GFLOP/s
-    {"matmul", F32, 64, 172, kAvx512, {8, 4, 6, 1024}},  // gemv 72.2 GB/s, gemm64 128 GFLOP/s
-    {"matmul", F32, 64, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 53.6 GB/s, gemm64 141 GFLOP/s
-    {"matmul", F32, 64, 1024, kAvx512, {4, 4, 6, 0}},  // gemv 32.4 GB/s, gemm64 170 GFLOP/s
-    {"matmul", F32, 96, 32, kAvx512, {8, 4, 6, 1024}},  // gemv 71.9 GB/s, gemm64 56 GFLOP/s
-    {"matmul", F32, 96, 48, kAvx512, {8, 4, 6, 1024}},  // gemv 80.1 GB/s, gemm64 75 GFLOP/s
-    {"matmul", F32, 96, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 66.2 GB/s, gemm64 89 GFLOP/s
-    {"matmul", F32, 112, 256, kAvx512, {8, 4, 6, 0}},  // gemv 34.6 GB/s, gemm64 150 GFLOP/s
-    {"matmul", F32, 128, 32, kAvx512, {8, 4, 6, 1024}},  // gemv 74.5 GB/s, gemm64 56 GFLOP/s
-    {"matmul", F32, 128, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 36.2 GB/s, gemm64 154 GFLOP/s
-    {"matmul", F32, 128, 896, kAvx512, {8, 4, 6, 0}},  // gemv 31.2 GB/s, gemm64 195 GFLOP/s
-    {"matmul", F32, 160, 64, kAvx512, {4, 4, 6, 2048}},  // gemv 78.6 GB/s, gemm64 89 GFLOP/s
-    {"matmul", F32, 172, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 63.7 GB/s, gemm64 89 GFLOP/s
-    {"matmul", F32, 256, 64, kAvx512, {8, 4, 6, 2048}},  // gemv 36.1 GB/s, gemm64 89 GFLOP/s
-    {"matmul", F32, 256, 128, kAvx512, {8, 4, 6, 1024}},  // gemv 26.9 GB/s, gemm64 128 GFLOP/s
-    {"matmul", F32, 256, 256, kAvx512, {8, 4, 6, 0}},  // gemv 31.1 GB/s, gemm64 149 GFLOP/s
-    {"matmul", F32, 256, 512, kAvx512, {4, 4, 6, 0}},  // gemv 29.6 GB/s, gemm64 166 GFLOP/s
-    {"matmul", F32, 256, 704, kAvx512, {8, 4, 6, 0}},  // gemv 28.9 GB/s, gemm64 186 GFLOP/s
-    {"matmul", F32, 256, 1024, kAvx512, {4, 4, 6, 0}},  // gemv 30.4 GB/s, gemm64 186 GFLOP/s
-    {"matmul", F32, 288, 1024, kAvx512, {4, 4, 6, 0}},  // gemv 26.2 GB/s, gemm64 168 GFLOP/s
-    {"matmul", F32, 320, 64, kAvx512, {4, 4, 6, 2048}},  // gemv 30.9 GB/s, gemm64 89 GFLOP/s
-    {"matmul", F32, 384, 128, kAvx512, {8, 4, 6, 1024}},  // gemv 23.6 GB/s, gemm64 126 GFLOP/s
-    {"matmul", F32, 384, 1024, kAvx512, {8, 4, 6, 1024}},  // gemv 22.3 GB/s, gemm64 189 GFLOP/s
-    {"matmul", F32, 512, 64, kAvx512, {8, 4, 6, 2048}},  // gemv 28.5 GB/s, gemm64 91 GFLOP/s
-    {"matmul", F32, 512, 96, kAvx512, {8, 4, 6, 1024}},  // gemv 31.0 GB/s, gemm64 114 GFLOP/s
-    {"matmul", F32, 512, 1024, kAvx512, {8, 4, 6, 1024}},  // gemv 24.4 GB/s, gemm64 166 GFLOP/s
-    {"matmul", F32, 704, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 23.7 GB/s, gemm64 144 GFLOP/s
-    {"matmul", F32, 896, 896, kAvx512, {8, 4, 6, 1024}},  // gemv 25.5 GB/s, gemm64 167 GFLOP/s
-    {"matmul", F32, 896, 4864, kAvx512, {8, 4, 6, 1024}},  // gemv 26.8 GB/s, gemm64 47 GFLOP/s
-    {"matmul", F32, 1024, 512, kAvx512, {8, 4, 6, 1024}},  // gemv 23.3 GB/s, gemm64 162 GFLOP/s
-    {"matmul", F32, 1024, 1024, kAvx512, {8, 4, 6, 1024}},  // gemv 21.7 GB/s, gemm64 166 GFLOP/s
-    {"matmul", F32, 1024, 2048, kAvx512, {8, 4, 6, 1024}},  // gemv 27.3 GB/s, gemm64 115 GFLOP/s
-    {"matmul", F32, 1024, 2816, kAvx512, {8, 4, 6, 0}},  // gemv 33.0 GB/s, gemm64 104 GFLOP/s
-    {"matmul", F32, 1536, 384, kAvx512, {8, 4, 6, 512}},  // gemv 24.6 GB/s, gemm64 145 GFLOP/s
-    {"matmul", F32, 2048, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 23.8 GB/s, gemm64 122 GFLOP/s
-    {"matmul", F32, 2816, 1024, kAvx512, {4, 4, 6, 1024}},  // gemv 29.8 GB/s, gemm64 135 GFLOP/s
-    {"matmul", F32, 4864, 896, kAvx512, {8, 4, 6, 1024}},  // gemv 24.6 GB/s, gemm64 152 GFLOP/s
-    {"matmul", F32, 32000, 1024, kAvx512, {4, 4, 6, 0}},  // gemv 23.3 GB/s, gemm64 146 GFLOP/s
-    {"matmul", F32, 151936, 896, kAvx512, {8, 4, 6, 1024}},  // gemv 22.2 GB/s, gemm64 131 GFLOP/s
+    {"matmul", F32, 0, 0, kAvx512, {8, 4, 6, 1024, 256, 0}},  // generic default
+    {"matmul", F32, 8, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 34.1 GB/s, gemm64 78 GFLOP/s
+    {"matmul", F32, 16, 32, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 29.3 GB/s, gemm64 45 GFLOP/s
+    {"matmul", F32, 16, 256, kAvx512, {8, 4, 6, 0, 256, 0}},  // gemv 74.5 GB/s, gemm64 99 GFLOP/s
+    {"matmul", F32, 32, 16, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 22.8 GB/s, gemm64 29 GFLOP/s
+    {"matmul", F32, 32, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 63.0 GB/s, gemm64 90 GFLOP/s
+    {"matmul", F32, 32, 96, kAvx512, {4, 4, 6, 1024, 256, 0}},  // gemv 68.3 GB/s, gemm64 111 GFLOP/s
+    {"matmul", F32, 40, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 56.9 GB/s, gemm64 87 GFLOP/s
+    {"matmul", F32, 48, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 58.2 GB/s, gemm64 90 GFLOP/s
+    {"matmul", F32, 64, 32, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 63.0 GB/s, gemm64 56 GFLOP/s
+    {"matmul", F32, 64, 64, kAvx512, {8, 4, 6, 0, 256, 0}},  // gemv 60.7 GB/s, gemm64 81 GFLOP/s
+    {"matmul", F32, 64, 128, kAvx512, {4, 4, 6, 1024, 256, 0}},  // gemv 71.2 GB/s, gemm64 111 GFLOP/s
+    {"matmul", F32, 64, 160, kAvx512, {4, 4, 6, 0, 256, 0}},  // gemv 73.0 GB/s, gemm64 119 GFLOP/s
+    {"matmul", F32, 64, 172, kAvx512, {4, 4, 6, 2048, 256, 0}},  // gemv 75.8 GB/s, gemm64 130 GFLOP/s
+    {"matmul", F32, 64, 256, kAvx512, {4, 4, 6, 2048, 256, 0}},  // gemv 57.9 GB/s, gemm64 141 GFLOP/s
+    {"matmul", F32, 64, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 26.9 GB/s, gemm64 156 GFLOP/s
+    {"matmul", F32, 96, 32, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 51.0 GB/s, gemm64 53 GFLOP/s
+    {"matmul", F32, 96, 48, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 61.4 GB/s, gemm64 72 GFLOP/s
+    {"matmul", F32, 96, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 62.9 GB/s, gemm64 87 GFLOP/s
+    {"matmul", F32, 112, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 36.1 GB/s, gemm64 152 GFLOP/s
+    {"matmul", F32, 128, 32, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 74.5 GB/s, gemm64 57 GFLOP/s
+    {"matmul", F32, 128, 256, kAvx512, {8, 4, 6, 0, 256, 0}},  // gemv 31.8 GB/s, gemm64 160 GFLOP/s
+    {"matmul", F32, 128, 896, kAvx512, {8, 4, 6, 0, 256, 0}},  // gemv 29.9 GB/s, gemm64 199 GFLOP/s
+    {"matmul", F32, 160, 64, kAvx512, {4, 4, 6, 2048, 256, 0}},  // gemv 83.4 GB/s, gemm64 93 GFLOP/s
+    {"matmul", F32, 172, 64, kAvx512, {4, 4, 6, 2048, 256, 0}},  // gemv 84.5 GB/s, gemm64 93 GFLOP/s
+    {"matmul", F32, 256, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 51.1 GB/s, gemm64 93 GFLOP/s
+    {"matmul", F32, 256, 128, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 31.5 GB/s, gemm64 131 GFLOP/s
+    {"matmul", F32, 256, 256, kAvx512, {8, 4, 6, 0, 256, 0}},  // gemv 28.7 GB/s, gemm64 159 GFLOP/s
+    {"matmul", F32, 256, 512, kAvx512, {8, 4, 6, 0, 256, 0}},  // gemv 29.2 GB/s, gemm64 179 GFLOP/s
+    {"matmul", F32, 256, 704, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 31.7 GB/s, gemm64 192 GFLOP/s
+    {"matmul", F32, 256, 1024, kAvx512, {4, 4, 6, 0, 256, 0}},  // gemv 32.3 GB/s, gemm64 193 GFLOP/s
+    {"matmul", F32, 288, 1024, kAvx512, {4, 4, 6, 0, 256, 0}},  // gemv 29.5 GB/s, gemm64 175 GFLOP/s
+    {"matmul", F32, 320, 64, kAvx512, {8, 4, 6, 2048, 256, 0}},  // gemv 39.0 GB/s, gemm64 94 GFLOP/s
+    {"matmul", F32, 384, 128, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 22.9 GB/s, gemm64 122 GFLOP/s
+    {"matmul", F32, 384, 1024, kAvx512, {4, 4, 6, 2048, 256, 0}},  // gemv 25.0 GB/s, gemm64 181 GFLOP/s
+    {"matmul", F32, 512, 64, kAvx512, {8, 4, 6, 2048, 256, 0}},  // gemv 27.7 GB/s, gemm64 95 GFLOP/s
+    {"matmul", F32, 512, 96, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 30.6 GB/s, gemm64 117 GFLOP/s
+    {"matmul", F32, 512, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 30.9 GB/s, gemm64 200 GFLOP/s
+    {"matmul", F32, 704, 256, kAvx512, {8, 4, 6, 512, 256, 0}},  // gemv 25.0 GB/s, gemm64 150 GFLOP/s
+    {"matmul", F32, 896, 896, kAvx512, {8, 4, 6, 0, 256, 0}},  // gemv 35.4 GB/s, gemm64 191 GFLOP/s
+    {"matmul", F32, 896, 4864, kAvx512, {8, 4, 6, 0, 32, 512}},  // gemv 37.7 GB/s, gemm64 149 GFLOP/s
+    {"matmul", F32, 1024, 512, kAvx512, {8, 4, 6, 512, 256, 0}},  // gemv 26.4 GB/s, gemm64 181 GFLOP/s
+    {"matmul", F32, 1024, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 29.2 GB/s, gemm64 197 GFLOP/s
+    {"matmul", F32, 1024, 2048, kAvx512, {4, 4, 6, 0, 256, 0}},  // gemv 31.3 GB/s, gemm64 134 GFLOP/s
+    {"matmul", F32, 1024, 2816, kAvx512, {8, 4, 6, 0, 32, 512}},  // gemv 35.2 GB/s, gemm64 140 GFLOP/s
+    {"matmul", F32, 1536, 384, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 24.3 GB/s, gemm64 164 GFLOP/s
+    {"matmul", F32, 2048, 256, kAvx512, {8, 4, 6, 512, 256, 0}},  // gemv 25.2 GB/s, gemm64 147 GFLOP/s
+    {"matmul", F32, 2816, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 26.4 GB/s, gemm64 142 GFLOP/s
+    {"matmul", F32, 4864, 896, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 28.1 GB/s, gemm64 142 GFLOP/s
+    {"matmul", F32, 32000, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 24.5 GB/s, gemm64 153 GFLOP/s
+    {"matmul", F32, 151936, 896, kAvx512, {4, 4, 6, 0, 256, 0}},  // gemv 29.0 GB/s, gemm64 153 GFLOP/s
     // BF16 avx512
-    {"matmul", BF16, 0, 0, kAvx512, {8, 4, 6, 1024}},  // generic default
-    {"matmul", BF16, 8, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 17.1 GB/s, gemm64 72 GFLOP/s
-    {"matmul", BF16, 16, 32, kAvx512, {8, 4, 6, 1024}},  // gemv 17.1 GB/s, gemm64 47 GFLOP/s
-    {"matmul", BF16, 16, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 45.3 GB/s, gemm64 92 GFLOP/s
-    {"matmul", BF16, 32, 16, kAvx512, {8, 4, 6, 1024}},  // gemv 11.4 GB/s, gemm64 26 GFLOP/s
-    {"matmul", BF16, 32, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 27.1 GB/s, gemm64 73 GFLOP/s
-    {"matmul", BF16, 32, 96, kAvx512, {8, 4, 6, 1024}},  // gemv 34.1 GB/s, gemm64 90 GFLOP/s
-    {"matmul", BF16, 40, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 29.9 GB/s, gemm64 71 GFLOP/s
-    {"matmul", BF16, 48, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 30.6 GB/s, gemm64 79 GFLOP/s
-    {"matmul", BF16, 64, 32, kAvx512, {8, 4, 6, 1024}},  // gemv 20.5 GB/s, gemm64 47 GFLOP/s
-    {"matmul", BF16, 64, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 43.1 GB/s, gemm64 82 GFLOP/s
-    {"matmul", BF16, 64, 128, kAvx512, {8, 4, 6, 1024}},  // gemv 60.7 GB/s, gemm64 113 GFLOP/s
-    {"matmul", BF16, 64, 160, kAvx512, {8, 4, 6, 1024}},  // gemv 65.9 GB/s, gemm64 128 GFLOP/s
-    {"matmul", BF16, 64, 172, kAvx512, {8, 4, 6, 1024}},  // gemv 45.8 GB/s, gemm64 116 GFLOP/s
-    {"matmul", BF16, 64, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 56.4 GB/s, gemm64 129 GFLOP/s
-    {"matmul", BF16, 64, 1024, kAvx512, {4, 4, 6, 2048}},  // gemv 30.4 GB/s, gemm64 158 GFLOP/s
-    {"matmul", BF16, 96, 32, kAvx512, {8, 4, 6, 0}},  // gemv 22.7 GB/s, gemm64 50 GFLOP/s
-    {"matmul", BF16, 96, 48, kAvx512, {8, 4, 6, 1024}},  // gemv 28.8 GB/s, gemm64 66 GFLOP/s
-    {"matmul", BF16, 96, 64, kAvx512, {8, 4, 6, 0}},  // gemv 37.2 GB/s, gemm64 82 GFLOP/s
-    {"matmul", BF16, 112, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 23.4 GB/s, gemm64 138 GFLOP/s
-    {"matmul", BF16, 128, 32, kAvx512, {8, 4, 6, 1024}},  // gemv 23.4 GB/s, gemm64 49 GFLOP/s
-    {"matmul", BF16, 128, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 30.3 GB/s, gemm64 143 GFLOP/s
-    {"matmul", BF16, 128, 896, kAvx512, {8, 4, 6, 1024}},  // gemv 26.2 GB/s, gemm64 176 GFLOP/s
-    {"matmul", BF16, 160, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 51.1 GB/s, gemm64 84 GFLOP/s
-    {"matmul", BF16, 172, 64, kAvx512, {8, 4, 6, 0}},  // gemv 35.5 GB/s, gemm64 77 GFLOP/s
-    {"matmul", BF16, 256, 64, kAvx512, {8, 4, 6, 0}},  // gemv 37.2 GB/s, gemm64 78 GFLOP/s
-    {"matmul", BF16, 256, 128, kAvx512, {8, 4, 6, 2048}},  // gemv 28.1 GB/s, gemm64 111 GFLOP/s
-    {"matmul", BF16, 256, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 26.1 GB/s, gemm64 141 GFLOP/s
-    {"matmul", BF16, 256, 512, kAvx512, {8, 4, 6, 1024}},  // gemv 25.7 GB/s, gemm64 166 GFLOP/s
-    {"matmul", BF16, 256, 704, kAvx512, {8, 4, 6, 1024}},  // gemv 27.5 GB/s, gemm64 167 GFLOP/s
-    {"matmul", BF16, 256, 1024, kAvx512, {8, 4, 6, 1024}},  // gemv 26.8 GB/s, gemm64 169 GFLOP/s
-    {"matmul", BF16, 288, 1024, kAvx512, {8, 4, 6, 1024}},  // gemv 28.0 GB/s, gemm64 175 GFLOP/s
-    {"matmul", BF16, 320, 64, kAvx512, {8, 4, 6, 1024}},  // gemv 35.6 GB/s, gemm64 79 GFLOP/s
-    {"matmul", BF16, 384, 128, kAvx512, {8, 4, 6, 2048}},  // gemv 24.6 GB/s, gemm64 113 GFLOP/s
-    {"matmul", BF16, 384, 1024, kAvx512, {8, 4, 6, 1024}},  // gemv 27.2 GB/s, gemm64 176 GFLOP/s
-    {"matmul", BF16, 512, 64, kAvx512, {8, 4, 6, 2048}},  // gemv 26.6 GB/s, gemm64 78 GFLOP/s
-    {"matmul", BF16, 512, 96, kAvx512, {8, 4, 6, 2048}},  // gemv 24.5 GB/s, gemm64 99 GFLOP/s
-    {"matmul", BF16, 512, 1024, kAvx512, {8, 4, 6, 1024}},  // gemv 22.2 GB/s, gemm64 166 GFLOP/s
-    {"matmul", BF16, 704, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 25.6 GB/s, gemm64 143 GFLOP/s
-    {"matmul", BF16, 896, 896, kAvx512, {8, 4, 6, 1024}},  // gemv 29.3 GB/s, gemm64 181 GFLOP/s
-    {"matmul", BF16, 896, 4864, kAvx512, {8, 4, 6, 1024}},  // gemv 28.5 GB/s, gemm64 138 GFLOP/s
-    {"matmul", BF16, 1024, 512, kAvx512, {8, 4, 6, 1024}},  // gemv 29.4 GB/s, gemm64 171 GFLOP/s
-    {"matmul", BF16, 1024, 1024, kAvx512, {8, 4, 6, 1024}},  // gemv 25.5 GB/s, gemm64 161 GFLOP/s
-    {"matmul", BF16, 1024, 2048, kAvx512, {8, 4, 6, 1024}},  // gemv 28.5 GB/s, gemm64 152 GFLOP/s
-    {"matmul", BF16, 1024, 2816, kAvx512, {8, 4, 6, 1024}},  // gemv 27.6 GB/s, gemm64 159 GFLOP/s
-    {"matmul", BF16, 1536, 384, kAvx512, {8, 4, 6, 2048}},  // gemv 28.0 GB/s, gemm64 150 GFLOP/s
-    {"matmul", BF16, 2048, 256, kAvx512, {8, 4, 6, 1024}},  // gemv 27.1 GB/s, gemm64 136 GFLOP/s
-    {"matmul", BF16, 2816, 1024, kAvx512, {8, 4, 6, 1024}},  // gemv 29.1 GB/s, gemm64 154 GFLOP/s
-    {"matmul", BF16, 4864, 896, kAvx512, {8, 4, 6, 1024}},  // gemv 29.4 GB/s, gemm64 152 GFLOP/s
-    {"matmul", BF16, 32000, 1024, kAvx512, {8, 4, 6, 1024}},  // gemv 28.6 GB/s, gemm64 146 GFLOP/s
-    {"matmul", BF16, 151936, 896, kAvx512, {8, 4, 6, 1024}},  // gemv 25.0 GB/s, gemm64 141 GFLOP/s
+    {"matmul", BF16, 0, 0, kAvx512, {8, 4, 6, 1024, 256, 0}},  // generic default
+    {"matmul", BF16, 8, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 17.1 GB/s, gemm64 74 GFLOP/s
+    {"matmul", BF16, 16, 32, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 17.1 GB/s, gemm64 52 GFLOP/s
+    {"matmul", BF16, 16, 256, kAvx512, {4, 8, 3, 1024, 32, 512}},  // gemv 58.5 GB/s, gemm64 134 GFLOP/s
+    {"matmul", BF16, 32, 16, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 14.6 GB/s, gemm64 33 GFLOP/s
+    {"matmul", BF16, 32, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 34.1 GB/s, gemm64 86 GFLOP/s
+    {"matmul", BF16, 32, 96, kAvx512, {4, 4, 6, 1024, 256, 0}},  // gemv 46.9 GB/s, gemm64 103 GFLOP/s
+    {"matmul", BF16, 40, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 39.4 GB/s, gemm64 84 GFLOP/s
+    {"matmul", BF16, 48, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 41.0 GB/s, gemm64 86 GFLOP/s
+    {"matmul", BF16, 64, 32, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 29.3 GB/s, gemm64 55 GFLOP/s
+    {"matmul", BF16, 64, 64, kAvx512, {8, 4, 6, 512, 256, 0}},  // gemv 45.3 GB/s, gemm64 86 GFLOP/s
+    {"matmul", BF16, 64, 128, kAvx512, {8, 4, 6, 512, 256, 0}},  // gemv 60.7 GB/s, gemm64 118 GFLOP/s
+    {"matmul", BF16, 64, 160, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 68.0 GB/s, gemm64 126 GFLOP/s
+    {"matmul", BF16, 64, 172, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 51.1 GB/s, gemm64 124 GFLOP/s
+    {"matmul", BF16, 64, 256, kAvx512, {4, 4, 6, 1024, 256, 0}},  // gemv 74.3 GB/s, gemm64 140 GFLOP/s
+    {"matmul", BF16, 64, 1024, kAvx512, {4, 4, 6, 2048, 256, 0}},  // gemv 30.4 GB/s, gemm64 171 GFLOP/s
+    {"matmul", BF16, 96, 32, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 21.9 GB/s, gemm64 57 GFLOP/s
+    {"matmul", BF16, 96, 48, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 40.1 GB/s, gemm64 74 GFLOP/s
+    {"matmul", BF16, 96, 64, kAvx512, {8, 4, 6, 0, 256, 0}},  // gemv 38.4 GB/s, gemm64 90 GFLOP/s
+    {"matmul", BF16, 112, 256, kAvx512, {4, 4, 6, 512, 256, 0}},  // gemv 65.1 GB/s, gemm64 151 GFLOP/s
+    {"matmul", BF16, 128, 32, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 34.1 GB/s, gemm64 56 GFLOP/s
+    {"matmul", BF16, 128, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 50.0 GB/s, gemm64 143 GFLOP/s
+    {"matmul", BF16, 128, 896, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 26.7 GB/s, gemm64 179 GFLOP/s
+    {"matmul", BF16, 160, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 37.2 GB/s, gemm64 79 GFLOP/s
+    {"matmul", BF16, 172, 64, kAvx512, {8, 4, 6, 0, 256, 0}},  // gemv 34.9 GB/s, gemm64 88 GFLOP/s
+    {"matmul", BF16, 256, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 52.8 GB/s, gemm64 88 GFLOP/s
+    {"matmul", BF16, 256, 128, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 43.6 GB/s, gemm64 124 GFLOP/s
+    {"matmul", BF16, 256, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 35.3 GB/s, gemm64 157 GFLOP/s
+    {"matmul", BF16, 256, 512, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 31.1 GB/s, gemm64 177 GFLOP/s
+    {"matmul", BF16, 256, 704, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 29.9 GB/s, gemm64 184 GFLOP/s
+    {"matmul", BF16, 256, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 31.1 GB/s, gemm64 179 GFLOP/s
+    {"matmul", BF16, 288, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 30.9 GB/s, gemm64 197 GFLOP/s
+    {"matmul", BF16, 320, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 47.6 GB/s, gemm64 89 GFLOP/s
+    {"matmul", BF16, 384, 128, kAvx512, {8, 4, 6, 2048, 256, 0}},  // gemv 31.2 GB/s, gemm64 127 GFLOP/s
+    {"matmul", BF16, 384, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 29.8 GB/s, gemm64 195 GFLOP/s
+    {"matmul", BF16, 512, 64, kAvx512, {4, 4, 6, 0, 256, 0}},  // gemv 38.5 GB/s, gemm64 89 GFLOP/s
+    {"matmul", BF16, 512, 96, kAvx512, {4, 4, 6, 0, 256, 0}},  // gemv 28.8 GB/s, gemm64 109 GFLOP/s
+    {"matmul", BF16, 512, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 31.5 GB/s, gemm64 196 GFLOP/s
+    {"matmul", BF16, 704, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 29.5 GB/s, gemm64 161 GFLOP/s
+    {"matmul", BF16, 896, 896, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 30.1 GB/s, gemm64 192 GFLOP/s
+    {"matmul", BF16, 896, 4864, kAvx512, {8, 4, 6, 1024, 32, 512}},  // gemv 29.3 GB/s, gemm64 173 GFLOP/s
+    {"matmul", BF16, 1024, 512, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 31.0 GB/s, gemm64 178 GFLOP/s
+    {"matmul", BF16, 1024, 1024, kAvx512, {8, 4, 6, 512, 256, 0}},  // gemv 27.2 GB/s, gemm64 181 GFLOP/s
+    {"matmul", BF16, 1024, 2048, kAvx512, {8, 4, 6, 1024, 32, 512}},  // gemv 29.9 GB/s, gemm64 177 GFLOP/s
+    {"matmul", BF16, 1024, 2816, kAvx512, {8, 4, 6, 1024, 32, 512}},  // gemv 30.4 GB/s, gemm64 185 GFLOP/s
+    {"matmul", BF16, 1536, 384, kAvx512, {8, 4, 6, 2048, 256, 0}},  // gemv 29.0 GB/s, gemm64 161 GFLOP/s
+    {"matmul", BF16, 2048, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 24.6 GB/s, gemm64 157 GFLOP/s
+    {"matmul", BF16, 2816, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 28.6 GB/s, gemm64 173 GFLOP/s
+    {"matmul", BF16, 4864, 896, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 27.1 GB/s, gemm64 150 GFLOP/s
+    {"matmul", BF16, 32000, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 23.5 GB/s, gemm64 106 GFLOP/s
+    {"matmul", BF16, 151936, 896, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 17.2 GB/s, gemm64 101 GFLOP/s
     // MXFP4 avx512
-    {"matmul", MXFP4, 0, 0, kAvx512, {8, 4, 2, 1024}},  // generic default
-    {"matmul", MXFP4, 8, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 1.6 GB/s, gemm64 13 GFLOP/s
-    {"matmul", MXFP4, 16, 32, kAvx512, {8, 8, 2, 0}},  // gemv 1.2 GB/s, gemm64 9 GFLOP/s
-    {"matmul", MXFP4, 16, 256, kAvx512, {8, 8, 2, 1024}},  // gemv 7.5 GB/s, gemm64 52 GFLOP/s
-    {"matmul", MXFP4, 32, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 2.9 GB/s, gemm64 23 GFLOP/s
-    {"matmul", MXFP4, 32, 96, kAvx512, {8, 8, 2, 1024}},  // gemv 4.3 GB/s, gemm64 33 GFLOP/s
-    {"matmul", MXFP4, 40, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 3.0 GB/s, gemm64 24 GFLOP/s
-    {"matmul", MXFP4, 48, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 3.3 GB/s, gemm64 25 GFLOP/s
-    {"matmul", MXFP4, 64, 32, kAvx512, {8, 8, 2, 0}},  // gemv 1.7 GB/s, gemm64 13 GFLOP/s
-    {"matmul", MXFP4, 64, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 3.3 GB/s, gemm64 26 GFLOP/s
-    {"matmul", MXFP4, 64, 128, kAvx512, {8, 8, 2, 1024}},  // gemv 6.7 GB/s, gemm64 52 GFLOP/s
-    {"matmul", MXFP4, 64, 160, kAvx512, {8, 8, 2, 1024}},  // gemv 6.5 GB/s, gemm64 58 GFLOP/s
-    {"matmul", MXFP4, 64, 256, kAvx512, {8, 8, 2, 1024}},  // gemv 11.0 GB/s, gemm64 88 GFLOP/s
-    {"matmul", MXFP4, 64, 1024, kAvx512, {4, 8, 1, 2048}},  // gemv 22.9 GB/s, gemm64 191 GFLOP/s
-    {"matmul", MXFP4, 96, 32, kAvx512, {8, 8, 2, 0}},  // gemv 1.9 GB/s, gemm64 14 GFLOP/s
-    {"matmul", MXFP4, 96, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 3.7 GB/s, gemm64 29 GFLOP/s
-    {"matmul", MXFP4, 112, 256, kAvx512, {8, 8, 2, 1024}},  // gemv 11.9 GB/s, gemm64 99 GFLOP/s
-    {"matmul", MXFP4, 128, 32, kAvx512, {8, 8, 2, 0}},  // gemv 1.9 GB/s, gemm64 14 GFLOP/s
-    {"matmul", MXFP4, 128, 256, kAvx512, {8, 8, 2, 1024}},  // gemv 11.7 GB/s, gemm64 100 GFLOP/s
-    {"matmul", MXFP4, 128, 896, kAvx512, {4, 4, 2, 2048}},  // gemv 17.7 GB/s, gemm64 165 GFLOP/s
-    {"matmul", MXFP4, 160, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 3.8 GB/s, gemm64 29 GFLOP/s
-    {"matmul", MXFP4, 172, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 3.7 GB/s, gemm64 29 GFLOP/s
-    {"matmul", MXFP4, 256, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 3.7 GB/s, gemm64 30 GFLOP/s
-    {"matmul", MXFP4, 256, 128, kAvx512, {8, 8, 2, 1024}},  // gemv 7.3 GB/s, gemm64 58 GFLOP/s
-    {"matmul", MXFP4, 256, 256, kAvx512, {8, 8, 2, 1024}},  // gemv 11.5 GB/s, gemm64 104 GFLOP/s
-    {"matmul", MXFP4, 256, 512, kAvx512, {4, 4, 2, 2048}},  // gemv 18.7 GB/s, gemm64 190 GFLOP/s
-    {"matmul", MXFP4, 256, 704, kAvx512, {4, 8, 2, 2048}},  // gemv 16.1 GB/s, gemm64 160 GFLOP/s
-    {"matmul", MXFP4, 256, 1024, kAvx512, {8, 8, 1, 1024}},  // gemv 18.2 GB/s, gemm64 251 GFLOP/s
-    {"matmul", MXFP4, 288, 1024, kAvx512, {8, 8, 1, 2048}},  // gemv 19.4 GB/s, gemm64 247 GFLOP/s
-    {"matmul", MXFP4, 320, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 3.6 GB/s, gemm64 29 GFLOP/s
-    {"matmul", MXFP4, 384, 128, kAvx512, {8, 8, 2, 1024}},  // gemv 7.4 GB/s, gemm64 60 GFLOP/s
-    {"matmul", MXFP4, 384, 1024, kAvx512, {4, 8, 1, 2048}},  // gemv 20.7 GB/s, gemm64 259 GFLOP/s
-    {"matmul", MXFP4, 512, 64, kAvx512, {8, 8, 2, 1024}},  // gemv 3.7 GB/s, gemm64 30 GFLOP/s
-    {"matmul", MXFP4, 512, 96, kAvx512, {8, 8, 2, 1024}},  // gemv 5.6 GB/s, gemm64 45 GFLOP/s
-    {"matmul", MXFP4, 512, 1024, kAvx512, {8, 8, 1, 2048}},  // gemv 20.9 GB/s, gemm64 257 GFLOP/s
-    {"matmul", MXFP4, 704, 256, kAvx512, {8, 8, 2, 1024}},  // gemv 11.9 GB/s, gemm64 108 GFLOP/s
-    {"matmul", MXFP4, 896, 896, kAvx512, {4, 4, 2, 2048}},  // gemv 24.1 GB/s, gemm64 271 GFLOP/s
-    {"matmul", MXFP4, 896, 4864, kAvx512, {4, 4, 2, 2048}},  // gemv 30.2 GB/s, gemm64 327 GFLOP/s
-    {"matmul", MXFP4, 1024, 512, kAvx512, {4, 4, 2, 2048}},  // gemv 28.1 GB/s, gemm64 257 GFLOP/s
-    {"matmul", MXFP4, 1024, 1024, kAvx512, {8, 8, 1, 2048}},  // gemv 25.9 GB/s, gemm64 324 GFLOP/s
-    {"matmul", MXFP4, 1024, 2048, kAvx512, {8, 8, 1, 1024}},  // gemv 29.9 GB/s, gemm64 378 GFLOP/s
-    {"matmul", MXFP4, 1024, 2816, kAvx512, {4, 8, 1, 2048}},  // gemv 29.6 GB/s, gemm64 347 GFLOP/s
-    {"matmul", MXFP4, 1536, 384, kAvx512, {8, 8, 2, 1024}},  // gemv 23.4 GB/s, gemm64 221 GFLOP/s
-    {"matmul", MXFP4, 2048, 256, kAvx512, {8, 8, 2, 1024}},  // gemv 12.7 GB/s, gemm64 105 GFLOP/s
-    {"matmul", MXFP4, 2816, 1024, kAvx512, {8, 8, 1, 2048}},  // gemv 22.9 GB/s, gemm64 249 GFLOP/s
-    {"matmul", MXFP4, 4864, 896, kAvx512, {4, 4, 2, 2048}},  // gemv 21.3 GB/s, gemm64 201 GFLOP/s
-    {"matmul", MXFP4, 32000, 1024, kAvx512, {8, 8, 1, 2048}},  // gemv 25.1 GB/s, gemm64 241 GFLOP/s
-    {"matmul", MXFP4, 151936, 896, kAvx512, {4, 4, 2, 2048}},  // gemv 21.9 GB/s, gemm64 128 GFLOP/s
+    {"matmul", MXFP4, 0, 0, kAvx512, {8, 4, 2, 1024, 32, 256}},  // generic default
+    {"matmul", MXFP4, 8, 64, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 1.5 GB/s, gemm64 13 GFLOP/s
+    {"matmul", MXFP4, 16, 32, kAvx512, {8, 8, 2, 0, 256, 0}},  // gemv 1.1 GB/s, gemm64 9 GFLOP/s
+    {"matmul", MXFP4, 16, 256, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 7.3 GB/s, gemm64 53 GFLOP/s
+    {"matmul", MXFP4, 32, 64, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 2.8 GB/s, gemm64 23 GFLOP/s
+    {"matmul", MXFP4, 32, 96, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 4.2 GB/s, gemm64 35 GFLOP/s
+    {"matmul", MXFP4, 40, 64, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 2.6 GB/s, gemm64 20 GFLOP/s
+    {"matmul", MXFP4, 48, 64, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 4.5 GB/s, gemm64 36 GFLOP/s
+    {"matmul", MXFP4, 64, 32, kAvx512, {8, 8, 2, 0, 32, 256}},  // gemv 1.2 GB/s, gemm64 12 GFLOP/s
+    {"matmul", MXFP4, 64, 64, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 3.0 GB/s, gemm64 27 GFLOP/s
+    {"matmul", MXFP4, 64, 128, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 6.0 GB/s, gemm64 47 GFLOP/s
+    {"matmul", MXFP4, 64, 160, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 5.8 GB/s, gemm64 50 GFLOP/s
+    {"matmul", MXFP4, 64, 256, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 8.8 GB/s, gemm64 70 GFLOP/s
+    {"matmul", MXFP4, 64, 1024, kAvx512, {4, 8, 1, 2048, 32, 256}},  // gemv 15.7 GB/s, gemm64 141 GFLOP/s
+    {"matmul", MXFP4, 96, 32, kAvx512, {8, 8, 2, 0, 32, 256}},  // gemv 1.5 GB/s, gemm64 9 GFLOP/s
+    {"matmul", MXFP4, 96, 64, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 3.1 GB/s, gemm64 24 GFLOP/s
+    {"matmul", MXFP4, 112, 256, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 10.9 GB/s, gemm64 86 GFLOP/s
+    {"matmul", MXFP4, 128, 32, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 1.5 GB/s, gemm64 12 GFLOP/s
+    {"matmul", MXFP4, 128, 256, kAvx512, {8, 4, 2, 1024, 32, 256}},  // gemv 9.4 GB/s, gemm64 86 GFLOP/s
+    {"matmul", MXFP4, 128, 896, kAvx512, {4, 8, 1, 2048, 32, 256}},  // gemv 16.2 GB/s, gemm64 161 GFLOP/s
+    {"matmul", MXFP4, 160, 64, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 2.9 GB/s, gemm64 26 GFLOP/s
+    {"matmul", MXFP4, 172, 64, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 3.3 GB/s, gemm64 26 GFLOP/s
+    {"matmul", MXFP4, 256, 64, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 3.0 GB/s, gemm64 27 GFLOP/s
+    {"matmul", MXFP4, 256, 128, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 6.7 GB/s, gemm64 55 GFLOP/s
+    {"matmul", MXFP4, 256, 256, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 8.8 GB/s, gemm64 95 GFLOP/s
+    {"matmul", MXFP4, 256, 512, kAvx512, {4, 4, 2, 2048, 32, 256}},  // gemv 18.7 GB/s, gemm64 199 GFLOP/s
+    {"matmul", MXFP4, 256, 704, kAvx512, {4, 8, 1, 2048, 32, 256}},  // gemv 15.9 GB/s, gemm64 142 GFLOP/s
+    {"matmul", MXFP4, 256, 1024, kAvx512, {8, 8, 1, 2048, 32, 256}},  // gemv 17.1 GB/s, gemm64 220 GFLOP/s
+    {"matmul", MXFP4, 288, 1024, kAvx512, {8, 8, 1, 1024, 32, 256}},  // gemv 17.4 GB/s, gemm64 210 GFLOP/s
+    {"matmul", MXFP4, 320, 64, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 3.4 GB/s, gemm64 26 GFLOP/s
+    {"matmul", MXFP4, 384, 128, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 5.6 GB/s, gemm64 53 GFLOP/s
+    {"matmul", MXFP4, 384, 1024, kAvx512, {8, 8, 1, 2048, 32, 256}},  // gemv 18.5 GB/s, gemm64 278 GFLOP/s
+    {"matmul", MXFP4, 512, 64, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 3.5 GB/s, gemm64 30 GFLOP/s
+    {"matmul", MXFP4, 512, 96, kAvx512, {8, 8, 2, 1024, 256, 0}},  // gemv 8.1 GB/s, gemm64 67 GFLOP/s
+    {"matmul", MXFP4, 512, 1024, kAvx512, {8, 8, 1, 2048, 32, 256}},  // gemv 22.6 GB/s, gemm64 272 GFLOP/s
+    {"matmul", MXFP4, 704, 256, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 12.5 GB/s, gemm64 110 GFLOP/s
+    {"matmul", MXFP4, 896, 896, kAvx512, {4, 8, 1, 2048, 32, 256}},  // gemv 21.3 GB/s, gemm64 199 GFLOP/s
+    {"matmul", MXFP4, 896, 4864, kAvx512, {4, 4, 1, 2048, 32, 256}},  // gemv 24.2 GB/s, gemm64 268 GFLOP/s
+    {"matmul", MXFP4, 1024, 512, kAvx512, {4, 4, 2, 2048, 32, 256}},  // gemv 19.1 GB/s, gemm64 203 GFLOP/s
+    {"matmul", MXFP4, 1024, 1024, kAvx512, {8, 8, 1, 2048, 32, 256}},  // gemv 23.6 GB/s, gemm64 276 GFLOP/s
+    {"matmul", MXFP4, 1024, 2048, kAvx512, {8, 8, 1, 1024, 32, 256}},  // gemv 27.3 GB/s, gemm64 313 GFLOP/s
+    {"matmul", MXFP4, 1024, 2816, kAvx512, {4, 8, 1, 2048, 32, 256}},  // gemv 30.5 GB/s, gemm64 269 GFLOP/s
+    {"matmul", MXFP4, 1536, 384, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 16.1 GB/s, gemm64 150 GFLOP/s
+    {"matmul", MXFP4, 2048, 256, kAvx512, {8, 8, 2, 1024, 32, 256}},  // gemv 12.8 GB/s, gemm64 107 GFLOP/s
+    {"matmul", MXFP4, 2816, 1024, kAvx512, {8, 8, 1, 1024, 32, 256}},  // gemv 23.0 GB/s, gemm64 244 GFLOP/s
+    {"matmul", MXFP4, 4864, 896, kAvx512, {4, 8, 1, 2048, 32, 256}},  // gemv 22.9 GB/s, gemm64 150 GFLOP/s
+    {"matmul", MXFP4, 32000, 1024, kAvx512, {8, 8, 1, 2048, 32, 256}},  // gemv 23.8 GB/s, gemm64 183 GFLOP/s
+    {"matmul", MXFP4, 151936, 896, kAvx512, {4, 4, 2, 2048, 32, 256}},  // gemv 19.9 GB/s, gemm64 202 GFLOP/s
     // F8_E4M3 avx512
-    {"matmul", F8_E4M3, 0, 0, kAvx512, {8, 4, 4, 1024}},  // generic default
-    {"matmul", F8_E4M3, 8, 64, kAvx512, {8, 4, 4, 1024}},  // gemv 5.2 GB/s, gemm64 45 GFLOP/s
-    {"matmul", F8_E4M3, 16, 32, kAvx512, {8, 8, 2, 1024}},  // gemv 4.3 GB/s, gemm64 29 GFLOP/s
-    {"matmul", F8_E4M3, 16, 256, kAvx512, {8, 4, 4, 1024}},  // gemv 13.6 GB/s, gemm64 88 GFLOP/s
-    {"matmul", F8_E4M3, 32, 16, kAvx512, {8, 8, 2, 1024}},  // gemv 3.0 GB/s, gemm64 16 GFLOP/s
-    {"matmul", F8_E4M3, 32, 64, kAvx512, {8, 4, 4, 1024}},  // gemv 8.2 GB/s, gemm64 44 GFLOP/s
-    {"matmul", F8_E4M3, 32, 96, kAvx512, {8, 4, 4, 0}},  // gemv 10.3 GB/s, gemm64 57 GFLOP/s
-    {"matmul", F8_E4M3, 40, 64, kAvx512, {8, 4, 4, 1024}},  // gemv 10.3 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F8_E4M3, 48, 64, kAvx512, {8, 4, 4, 1024}},  // gemv 8.8 GB/s, gemm64 45 GFLOP/s
-    {"matmul", F8_E4M3, 64, 32, kAvx512, {8, 4, 4, 1024}},  // gemv 6.0 GB/s, gemm64 28 GFLOP/s
-    {"matmul", F8_E4M3, 64, 64, kAvx512, {8, 4, 4, 1024}},  // gemv 9.3 GB/s, gemm64 52 GFLOP/s
-    {"matmul", F8_E4M3, 64, 128, kAvx512, {8, 4, 4, 1024}},  // gemv 12.8 GB/s, gemm64 67 GFLOP/s
-    {"matmul", F8_E4M3, 64, 160, kAvx512, {8, 4, 4, 1024}},  // gemv 12.6 GB/s, gemm64 69 GFLOP/s
-    {"matmul", F8_E4M3, 64, 172, kAvx512, {8, 4, 4, 1024}},  // gemv 13.8 GB/s, gemm64 67 GFLOP/s
-    {"matmul", F8_E4M3, 64, 256, kAvx512, {8, 4, 4, 1024}},  // gemv 14.9 GB/s, gemm64 84 GFLOP/s
-    {"matmul", F8_E4M3, 64, 1024, kAvx512, {4, 4, 4, 2048}},  // gemv 16.8 GB/s, gemm64 104 GFLOP/s
-    {"matmul", F8_E4M3, 96, 32, kAvx512, {8, 4, 4, 1024}},  // gemv 8.8 GB/s, gemm64 39 GFLOP/s
-    {"matmul", F8_E4M3, 96, 48, kAvx512, {8, 4, 4, 1024}},  // gemv 11.0 GB/s, gemm64 49 GFLOP/s
-    {"matmul", F8_E4M3, 96, 64, kAvx512, {8, 4, 4, 1024}},  // gemv 10.4 GB/s, gemm64 48 GFLOP/s
-    {"matmul", F8_E4M3, 112, 256, kAvx512, {8, 4, 4, 1024}},  // gemv 20.7 GB/s, gemm64 104 GFLOP/s
-    {"matmul", F8_E4M3, 128, 32, kAvx512, {8, 4, 4, 1024}},  // gemv 10.2 GB/s, gemm64 40 GFLOP/s
-    {"matmul", F8_E4M3, 128, 256, kAvx512, {8, 4, 4, 1024}},  // gemv 20.8 GB/s, gemm64 108 GFLOP/s
-    {"matmul", F8_E4M3, 128, 896, kAvx512, {8, 4, 4, 1024}},  // gemv 16.2 GB/s, gemm64 106 GFLOP/s
-    {"matmul", F8_E4M3, 160, 64, kAvx512, {8, 4, 4, 1024}},  // gemv 10.9 GB/s, gemm64 49 GFLOP/s
-    {"matmul", F8_E4M3, 172, 64, kAvx512, {8, 4, 4, 1024}},  // gemv 10.6 GB/s, gemm64 51 GFLOP/s
-    {"matmul", F8_E4M3, 256, 64, kAvx512, {8, 4, 4, 1024}},  // gemv 11.2 GB/s, gemm64 50 GFLOP/s
-    {"matmul", F8_E4M3, 256, 128, kAvx512, {8, 4, 4, 1024}},  // gemv 13.4 GB/s, gemm64 72 GFLOP/s
-    {"matmul", F8_E4M3, 256, 256, kAvx512, {8, 4, 4, 512}},  // gemv 20.2 GB/s, gemm64 108 GFLOP/s
-    {"matmul", F8_E4M3, 256, 512, kAvx512, {8, 4, 4, 1024}},  // gemv 21.6 GB/s, gemm64 122 GFLOP/s
-    {"matmul", F8_E4M3, 256, 704, kAvx512, {8, 4, 4, 1024}},  // gemv 21.9 GB/s, gemm64 125 GFLOP/s
-    {"matmul", F8_E4M3, 256, 1024, kAvx512, {8, 4, 4, 1024}},  // gemv 22.8 GB/s, gemm64 129 GFLOP/s
-    {"matmul", F8_E4M3, 288, 1024, kAvx512, {8, 4, 4, 1024}},  // gemv 22.8 GB/s, gemm64 128 GFLOP/s
-    {"matmul", F8_E4M3, 320, 64, kAvx512, {8, 4, 4, 1024}},  // gemv 15.3 GB/s, gemm64 60 GFLOP/s
-    {"matmul", F8_E4M3, 384, 128, kAvx512, {8, 4, 4, 1024}},  // gemv 14.4 GB/s, gemm64 86 GFLOP/s
-    {"matmul", F8_E4M3, 384, 1024, kAvx512, {8, 4, 4, 1024}},  // gemv 17.3 GB/s, gemm64 128 GFLOP/s
-    {"matmul", F8_E4M3, 512, 64, kAvx512, {8, 4, 4, 0}},  // gemv 15.8 GB/s, gemm64 49 GFLOP/s
-    {"matmul", F8_E4M3, 512, 96, kAvx512, {8, 4, 4, 2048}},  // gemv 12.2 GB/s, gemm64 61 GFLOP/s
-    {"matmul", F8_E4M3, 512, 1024, kAvx512, {8, 4, 4, 1024}},  // gemv 22.5 GB/s, gemm64 106 GFLOP/s
-    {"matmul", F8_E4M3, 704, 256, kAvx512, {8, 4, 4, 1024}},  // gemv 20.1 GB/s, gemm64 102 GFLOP/s
-    {"matmul", F8_E4M3, 896, 896, kAvx512, {8, 4, 4, 1024}},  // gemv 17.1 GB/s, gemm64 103 GFLOP/s
-    {"matmul", F8_E4M3, 896, 4864, kAvx512, {8, 4, 4, 1024}},  // gemv 17.6 GB/s, gemm64 106 GFLOP/s
-    {"matmul", F8_E4M3, 1024, 512, kAvx512, {8, 4, 4, 1024}},  // gemv 22.3 GB/s, gemm64 121 GFLOP/s
-    {"matmul", F8_E4M3, 1024, 1024, kAvx512, {8, 4, 4, 512}},  // gemv 22.7 GB/s, gemm64 125 GFLOP/s
-    {"matmul", F8_E4M3, 1024, 2048, kAvx512, {8, 4, 4, 512}},  // gemv 17.5 GB/s, gemm64 115 GFLOP/s
-    {"matmul", F8_E4M3, 1024, 2816, kAvx512, {8, 4, 4, 1024}},  // gemv 23.4 GB/s, gemm64 122 GFLOP/s
-    {"matmul", F8_E4M3, 1536, 384, kAvx512, {8, 4, 4, 1024}},  // gemv 16.4 GB/s, gemm64 105 GFLOP/s
-    {"matmul", F8_E4M3, 2048, 256, kAvx512, {8, 4, 4, 1024}},  // gemv 21.6 GB/s, gemm64 109 GFLOP/s
-    {"matmul", F8_E4M3, 2816, 1024, kAvx512, {8, 4, 4, 1024}},  // gemv 23.4 GB/s, gemm64 114 GFLOP/s
-    {"matmul", F8_E4M3, 4864, 896, kAvx512, {8, 4, 4, 1024}},  // gemv 22.7 GB/s, gemm64 70 GFLOP/s
-    {"matmul", F8_E4M3, 32000, 1024, kAvx512, {8, 4, 4, 512}},  // gemv 18.5 GB/s, gemm64 69 GFLOP/s
-    {"matmul", F8_E4M3, 151936, 896, kAvx512, {8, 4, 4, 2048}},  // gemv 16.9 GB/s, gemm64 70 GFLOP/s
+    {"matmul", F8_E4M3, 0, 0, kAvx512, {8, 4, 6, 1024, 256, 0}},  // generic default
+    {"matmul", F8_E4M3, 8, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 6.5 GB/s, gemm64 67 GFLOP/s
+    {"matmul", F8_E4M3, 16, 32, kAvx512, {8, 8, 3, 1024, 32, 512}},  // gemv 5.7 GB/s, gemm64 48 GFLOP/s
+    {"matmul", F8_E4M3, 16, 256, kAvx512, {8, 4, 6, 0, 256, 0}},  // gemv 17.8 GB/s, gemm64 98 GFLOP/s
+    {"matmul", F8_E4M3, 32, 16, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 4.3 GB/s, gemm64 30 GFLOP/s
+    {"matmul", F8_E4M3, 32, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 11.4 GB/s, gemm64 83 GFLOP/s
+    {"matmul", F8_E4M3, 32, 96, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 14.0 GB/s, gemm64 99 GFLOP/s
+    {"matmul", F8_E4M3, 40, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 12.2 GB/s, gemm64 80 GFLOP/s
+    {"matmul", F8_E4M3, 48, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 12.8 GB/s, gemm64 91 GFLOP/s
+    {"matmul", F8_E4M3, 64, 32, kAvx512, {8, 4, 6, 512, 256, 0}},  // gemv 9.3 GB/s, gemm64 51 GFLOP/s
+    {"matmul", F8_E4M3, 64, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 13.2 GB/s, gemm64 84 GFLOP/s
+    {"matmul", F8_E4M3, 64, 128, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 17.4 GB/s, gemm64 115 GFLOP/s
+    {"matmul", F8_E4M3, 64, 160, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 18.3 GB/s, gemm64 120 GFLOP/s
+    {"matmul", F8_E4M3, 64, 172, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 17.2 GB/s, gemm64 120 GFLOP/s
+    {"matmul", F8_E4M3, 64, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 20.7 GB/s, gemm64 138 GFLOP/s
+    {"matmul", F8_E4M3, 64, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 20.9 GB/s, gemm64 166 GFLOP/s
+    {"matmul", F8_E4M3, 96, 32, kAvx512, {8, 8, 3, 0, 32, 512}},  // gemv 9.9 GB/s, gemm64 59 GFLOP/s
+    {"matmul", F8_E4M3, 96, 48, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 11.2 GB/s, gemm64 73 GFLOP/s
+    {"matmul", F8_E4M3, 96, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 14.3 GB/s, gemm64 91 GFLOP/s
+    {"matmul", F8_E4M3, 112, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 20.9 GB/s, gemm64 146 GFLOP/s
+    {"matmul", F8_E4M3, 128, 32, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 10.2 GB/s, gemm64 54 GFLOP/s
+    {"matmul", F8_E4M3, 128, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 21.1 GB/s, gemm64 155 GFLOP/s
+    {"matmul", F8_E4M3, 128, 896, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 16.5 GB/s, gemm64 166 GFLOP/s
+    {"matmul", F8_E4M3, 160, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 10.9 GB/s, gemm64 76 GFLOP/s
+    {"matmul", F8_E4M3, 172, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 10.7 GB/s, gemm64 77 GFLOP/s
+    {"matmul", F8_E4M3, 256, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 10.2 GB/s, gemm64 79 GFLOP/s
+    {"matmul", F8_E4M3, 256, 128, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 14.5 GB/s, gemm64 113 GFLOP/s
+    {"matmul", F8_E4M3, 256, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 15.2 GB/s, gemm64 141 GFLOP/s
+    {"matmul", F8_E4M3, 256, 512, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 15.7 GB/s, gemm64 160 GFLOP/s
+    {"matmul", F8_E4M3, 256, 704, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 16.0 GB/s, gemm64 167 GFLOP/s
+    {"matmul", F8_E4M3, 256, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 15.6 GB/s, gemm64 158 GFLOP/s
+    {"matmul", F8_E4M3, 288, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 16.1 GB/s, gemm64 159 GFLOP/s
+    {"matmul", F8_E4M3, 320, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 11.2 GB/s, gemm64 77 GFLOP/s
+    {"matmul", F8_E4M3, 384, 128, kAvx512, {8, 4, 6, 2048, 256, 0}},  // gemv 13.7 GB/s, gemm64 114 GFLOP/s
+    {"matmul", F8_E4M3, 384, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 20.0 GB/s, gemm64 194 GFLOP/s
+    {"matmul", F8_E4M3, 512, 64, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 15.6 GB/s, gemm64 91 GFLOP/s
+    {"matmul", F8_E4M3, 512, 96, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 17.2 GB/s, gemm64 108 GFLOP/s
+    {"matmul", F8_E4M3, 512, 1024, kAvx512, {8, 4, 6, 512, 256, 0}},  // gemv 21.5 GB/s, gemm64 188 GFLOP/s
+    {"matmul", F8_E4M3, 704, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 19.1 GB/s, gemm64 159 GFLOP/s
+    {"matmul", F8_E4M3, 896, 896, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 20.8 GB/s, gemm64 187 GFLOP/s
+    {"matmul", F8_E4M3, 896, 4864, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 23.8 GB/s, gemm64 106 GFLOP/s
+    {"matmul", F8_E4M3, 1024, 512, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 13.5 GB/s, gemm64 171 GFLOP/s
+    {"matmul", F8_E4M3, 1024, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 17.1 GB/s, gemm64 190 GFLOP/s
+    {"matmul", F8_E4M3, 1024, 2048, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 22.3 GB/s, gemm64 149 GFLOP/s
+    {"matmul", F8_E4M3, 1024, 2816, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 22.9 GB/s, gemm64 133 GFLOP/s
+    {"matmul", F8_E4M3, 1536, 384, kAvx512, {8, 4, 6, 512, 256, 0}},  // gemv 20.1 GB/s, gemm64 175 GFLOP/s
+    {"matmul", F8_E4M3, 2048, 256, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 18.4 GB/s, gemm64 159 GFLOP/s
+    {"matmul", F8_E4M3, 2816, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 22.9 GB/s, gemm64 177 GFLOP/s
+    {"matmul", F8_E4M3, 4864, 896, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 20.7 GB/s, gemm64 161 GFLOP/s
+    {"matmul", F8_E4M3, 32000, 1024, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 21.3 GB/s, gemm64 156 GFLOP/s
+    {"matmul", F8_E4M3, 151936, 896, kAvx512, {8, 4, 6, 1024, 256, 0}},  // gemv 20.8 GB/s, gemm64 158 GFLOP/s
     // END GENERATED
 };
 
