@@ -26,6 +26,13 @@ inline fs::path shared_dir() {
 
 inline fs::path stories260k() { return shared_dir() / "models" / "stories260K"; }
 
+// The repo's copy of llama.cpp's tokenizer test vectors (tests/data), else ../shared.
+inline fs::path tokenizer_vectors_dir() {
+  fs::path repo = source_dir() / "tests" / "data" / "tokenizer-vectors";
+  if (fs::exists(repo / "ggml-vocab-gpt-2.gguf")) return repo;
+  return shared_dir() / "tokenizer-vectors";
+}
+
 class TempDir {
  public:
   TempDir() {

@@ -14,12 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The repo's copy of llama.cpp's vocab files (tests/data), else ../shared.
-fs::path vectors_dir() {
-  fs::path repo = mxtest::source_dir() / "tests" / "data" / "tokenizer-vectors";
-  if (fs::exists(repo / "ggml-vocab-gpt-2.gguf")) return repo;
-  return mxtest::shared_dir() / "tokenizer-vectors";
-}
 
 template <typename T>
 void put(std::string& s, T v) {
@@ -188,7 +182,7 @@ TEST(Gguf, VocabFilesMetadata) {
   };
   for (const Want& w : wants) {
     SCOPED_TRACE(w.name);
-    GgufFile f((vectors_dir() / fmt::format("ggml-vocab-{}.gguf", w.name)).string());
+    GgufFile f((mxtest::tokenizer_vectors_dir() / fmt::format("ggml-vocab-{}.gguf", w.name)).string());
     EXPECT_EQ(f.version(), 3u);
     EXPECT_TRUE(f.tensors().empty());
     EXPECT_EQ(f.get_string("tokenizer.ggml.model"), w.model);
@@ -197,7 +191,7 @@ TEST(Gguf, VocabFilesMetadata) {
     EXPECT_EQ(f.get_i32_array("tokenizer.ggml.token_type").size(), w.n_tokens);
     EXPECT_EQ(f.alignment(), 32u);
   }
-  GgufFile g((vectors_dir() / "ggml-vocab-gpt-2.gguf").string());
+  GgufFile g((mxtest::tokenizer_vectors_dir() / "ggml-vocab-gpt-2.gguf").string());
   EXPECT_EQ(g.get_u32("gpt2.block_count"), 12u);
   EXPECT_EQ(g.get_u32("gpt2.context_length"), 1024u);
   EXPECT_NEAR(g.get_f64("gpt2.attention.layer_norm_epsilon"), 1e-5, 1e-9);
@@ -207,7 +201,7 @@ TEST(Gguf, VocabFilesMetadata) {
   EXPECT_EQ(g.get_u32("tokenizer.ggml.bos_token_id"), 50256u);
   EXPECT_EQ(g.get_u32_or("no.such.key", 7), 7u);
   EXPECT_FALSE(g.has("no.such.key"));
-  GgufFile spm((vectors_dir() / "ggml-vocab-llama-spm.gguf").string());
+  GgufFile spm((mxtest::tokenizer_vectors_dir() / "ggml-vocab-llama-spm.gguf").string());
   EXPECT_TRUE(spm.get_bool("tokenizer.ggml.add_bos_token"));
   std::vector<float> scores = spm.get_f32_array("tokenizer.ggml.scores");
   ASSERT_EQ(scores.size(), 32000u);

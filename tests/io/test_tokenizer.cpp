@@ -19,15 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The repo's copy of llama.cpp's tokenizer test vectors (tests/data), else ../shared.
-fs::path vectors_dir() {
-  fs::path repo = mxtest::source_dir() / "tests" / "data" / "tokenizer-vectors";
-  if (fs::exists(repo / "ggml-vocab-gpt-2.gguf")) return repo;
-  return mxtest::shared_dir() / "tokenizer-vectors";
-}
 
 std::string vocab_path(const std::string& name) {
-  return (vectors_dir() / ("ggml-vocab-" + name + ".gguf")).string();
+  return (mxtest::tokenizer_vectors_dir() / ("ggml-vocab-" + name + ".gguf")).string();
 }
 
 struct Case {
