@@ -113,15 +113,13 @@ void Engine::admit() {
   auto is_cancelled = [&](const Request& r) {
     return std::find(cancelled.begin(), cancelled.end(), r.id) != cancelled.end();
   };
-  for (auto* list : {&waiting_}) {
-    for (auto it = list->begin(); it != list->end();)
-      if (is_cancelled(**it)) {
-        finish(**it, "abort");
-        it = list->erase(it);
-      } else {
-        ++it;
-      }
-  }
+  for (auto it = waiting_.begin(); it != waiting_.end();)
+    if (is_cancelled(**it)) {
+      finish(**it, "abort");
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
   for (auto it = running_.begin(); it != running_.end();)
     if (is_cancelled(**it)) {
       finish(**it, "abort");
@@ -195,7 +193,11 @@ bool Engine::step() {
   }
   const ModelConfig& c = model_->config();
   batch_.clear();
-  std::vector<Request*> in_batch, logit_owner;
+  // Per-step lists live in members so a decode step does not allocate.
+  std::vector<Request*>& in_batch = in_batch_;
+  std::vector<Request*>& logit_owner = logit_owner_;
+  in_batch.clear();
+  logit_owner.clear();
   int budget = opts_.step_tokens;
   // Decodes first (one token each), then prefill chunks, in admission order.
   for (int pass = 0; pass < 2 && budget > 0; ++pass) {
@@ -225,8 +227,8 @@ bool Engine::step() {
       r->prompt_cached = true;
     }
   }
-  std::vector<Request*> done;
-  std::vector<std::string> reasons;
+  std::vector<std::pair<Request*, const char*>>& done = done_;
+  done.clear();
   for (size_t row = 0; row < logit_owner.size(); ++row) {
     Request* r = logit_owner[row];
     const float* lg = logits_.data() + row * c.vocab_size;
@@ -241,7 +243,7 @@ bool Engine::step() {
     }
     r->tokens.push_back(tok);
     r->generated.push_back(tok);
-    std::string reason;
+    const char* reason = nullptr;
     const bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), tok) != c.eos_token_ids.end();
     if ((eos && !r->req.ignore_eos) ||
         std::find(r->req.stop_ids.begin(), r->req.stop_ids.end(), tok) != r->req.stop_ids.end())
@@ -251,22 +253,21 @@ bool Engine::step() {
     ev.prompt_tokens = r->n_prompt;
     ev.cached_tokens = r->cached;
     ev.completion_tokens = int(r->generated.size());
-    if (!reason.empty()) {
-      done.push_back(r);
-      reasons.push_back(reason);
+    if (reason) {
+      done.emplace_back(r, reason);
     } else if (r->cb) {
       r->cb(ev);
     }
-    if (!reason.empty() && r->cb) {
+    if (reason && r->cb) {
       ev.finished = true;
       ev.finish_reason = reason;
       r->cb(ev);
       r->cb = nullptr;  // finish() must not send a second final event
     }
   }
-  for (size_t i = 0; i < done.size(); ++i) {
-    auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == done[i]; });
-    finish(**it, reasons[i]);
+  for (const auto& [r, reason] : done) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == r; });
+    finish(**it, reason);
     running_.erase(it);
   }
   publish_metrics(computed_prompt, logit_owner.size());

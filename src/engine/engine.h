@@ -109,6 +109,8 @@ class Engine {
   std::deque<std::unique_ptr<Request>> waiting_;
   std::vector<std::unique_ptr<Request>> running_;
   Batch batch_;
+  std::vector<Request*> in_batch_, logit_owner_;        // reused by step()
+  std::vector<std::pair<Request*, const char*>> done_;  // finished this step, with reason
   std::vector<float> logits_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
