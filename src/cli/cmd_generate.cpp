@@ -2,7 +2,11 @@
 #include <cstdio>
 #include <memory>
 
+#include <chrono>
+
 #include "cli/commands.h"
+#include "cli/spec_args.h"
+#include "engine/engine.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
@@ -14,6 +18,7 @@ namespace {
 struct ModelArgs {
   std::string model;
   std::string prompt_ids;
+  std::string mtp_head;
   int threads = 0;
   void add(CLI::App* s) {
     s->add_option("--model", model, "Model directory (config.json + safetensors) or llama2.c .bin")
@@ -22,8 +27,47 @@ struct ModelArgs {
         ->required();
     s->add_option("--threads", threads, "Worker threads (default: all cores)")
         ->check(CLI::Range(1, 1024));
+    s->add_option("--mtp-head", mtp_head, "A trained MTP head (safetensors, nextn layout) for a model without one");
+  }
+  std::unique_ptr<Model> load() const {
+    LoadOptions lo;
+    lo.mtp_head = mtp_head;
+    return load_model(model, lo);
   }
 };
+// With speculative decoding the one request runs through the serving engine,
+// which owns the drafters and verification.
+GenerateResult generate_speculative(std::unique_ptr<Model> model, const std::vector<int32_t>& prompt,
+                                    const GenerateOptions& o, const SpecOptions& spec, EngineMetrics* stats) {
+  EngineOptions eo;
+  eo.max_running = 1;
+  eo.step_tokens = std::max(o.prefill_chunk, spec.steps + 1);
+  eo.spec = spec;
+  Engine engine(std::move(model), eo);
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.sampling = o.sampling;
+  req.max_tokens = o.max_tokens;
+  req.ignore_eos = o.ignore_eos;
+  GenerateResult r;
+  r.prompt_tokens = int(prompt.size());
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto t_first = t0;
+  engine.submit(std::move(req), [&](const TokenEvent& ev) {
+    if (ev.token >= 0) {
+      if (r.tokens.empty()) t_first = clock::now();
+      r.tokens.push_back(ev.token);
+    }
+    if (ev.finished) r.finish_reason = ev.finish_reason;
+  });
+  engine.run_until_idle();
+  const auto t1 = clock::now();
+  r.prefill_seconds = std::chrono::duration<double>(t_first - t0).count();
+  r.decode_seconds = std::chrono::duration<double>(t1 - t_first).count();
+  *stats = engine.metrics();
+  return r;
+}
 }  // namespace
 
 Command add_generate(CLI::App& app) {
@@ -31,7 +75,9 @@ Command add_generate(CLI::App& app) {
   auto a = std::make_shared<ModelArgs>();
   auto o = std::make_shared<GenerateOptions>();
   auto print_ids = std::make_shared<bool>(false);
+  auto spec = std::make_shared<SpecArgs>();
   a->add(s);
+  spec->add(s);
   s->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
   s->add_option("--temperature", o->sampling.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
   s->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0 = off)")
@@ -42,11 +88,14 @@ Command add_generate(CLI::App& app) {
   s->add_option("--seed", o->sampling.seed, "Sampling seed");
   s->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at EOS");
   s->add_flag("--print-ids", *print_ids, "Print only the generated ids on stdout");
-  return {s, [a, o, print_ids] {
+  return {s, [a, o, print_ids, spec] {
             if (a->threads) set_global_threads(a->threads);
-            auto model = load_model(a->model);
+            const SpecOptions so = spec->get();
+            auto model = a->load();
             auto prompt = parse_token_ids(a->prompt_ids);
-            GenerateResult r = generate(*model, prompt, *o);
+            EngineMetrics stats;
+            GenerateResult r = so.mode == SpecMode::off ? generate(*model, prompt, *o)
+                                                        : generate_speculative(std::move(model), prompt, *o, so, &stats);
             std::string out;
             for (size_t i = 0; i < r.tokens.size(); ++i)
               out += (i ? " " : "") + std::to_string(r.tokens[i]);
@@ -60,6 +109,16 @@ Command add_generate(CLI::App& app) {
                            r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0.0, n,
                            r.decode_seconds, r.decode_seconds > 0 ? (n - 1) / r.decode_seconds : 0.0,
                            r.finish_reason.c_str(), isa_name(best_isa()), global_pool().size());
+              if (so.mode != SpecMode::off)
+                std::fprintf(stderr,
+                             "speculative %s k=%d: %llu rounds, %llu drafted, %llu accepted (%.1f%%), "
+                             "%.2f tokens per round\n",
+                             spec_mode_name(so.mode), so.steps, (unsigned long long)stats.spec_rounds,
+                             (unsigned long long)stats.spec_draft_tokens,
+                             (unsigned long long)stats.spec_accepted_tokens,
+                             stats.spec_draft_tokens ? 100.0 * stats.spec_accepted_tokens / stats.spec_draft_tokens : 0.0,
+                             stats.spec_rounds ? double(stats.spec_accepted_tokens + stats.spec_rounds) / stats.spec_rounds
+                                               : 0.0);
             }
             return 0;
           }};
@@ -71,7 +130,7 @@ Command add_logits(CLI::App& app) {
   a->add(s);
   return {s, [a] {
             if (a->threads) set_global_threads(a->threads);
-            auto model = load_model(a->model);
+            auto model = a->load();
             auto logits = prompt_logits(*model, parse_token_ids(a->prompt_ids));
             for (float v : logits) std::printf("%.7g\n", v);
             return 0;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/spec_args.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -20,7 +21,7 @@ namespace mx::cli {
 
 namespace {
 struct ServeArgs {
-  std::string model, tokenizer, served_name;
+  std::string model, tokenizer, served_name, mtp_head;
   std::string host = "127.0.0.1";
   int port = 8000;
   int threads = 0;
@@ -29,6 +30,7 @@ struct ServeArgs {
   int max_body_mb = 8;
   bool no_prefix_cache = false;
   EngineOptions engine;
+  SpecArgs spec;
 };
 
 std::string default_name(const std::string& path) {
@@ -72,6 +74,8 @@ Command add_serve(CLI::App& app) {
   s->add_option("--max-body-mb", a->max_body_mb, "Largest request body, MiB (larger: 413)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  a->spec.add(s);
+  s->add_option("--mtp-head", a->mtp_head, "A trained MTP head (safetensors, nextn layout) for a model without one");
   s->add_option("--shutdown-timeout", a->shutdown_timeout,
                 "Seconds SIGINT/SIGTERM waits for in-flight requests before cancelling them")
       ->check(CLI::Range(0, 3600))
@@ -86,6 +90,7 @@ Command add_serve(CLI::App& app) {
 
             if (a->threads) set_global_threads(a->threads);
             a->engine.prefix_cache = !a->no_prefix_cache;
+            a->engine.spec = a->spec.get();
             std::string tok_path = a->tokenizer;
             if (tok_path.empty() && std::filesystem::is_directory(a->model) &&
                 std::filesystem::exists(std::filesystem::path(a->model) / "tokenizer.json"))
@@ -93,7 +98,9 @@ Command add_serve(CLI::App& app) {
             std::unique_ptr<Tokenizer> tok;
             if (!tok_path.empty()) tok = load_tokenizer_hf(tok_path);
 
-            auto model = load_model(a->model);
+            LoadOptions lo;
+            lo.mtp_head = a->mtp_head;
+            auto model = load_model(a->model, lo);
             const ModelConfig& c = model->config();
             if (tok)
               MX_CHECK(tok->vocab_size <= size_t(c.vocab_size),

@@ -19,6 +19,13 @@ struct Engine::Request {
   SeqKV kv;
   std::unique_ptr<Sampler> sampler;
   std::vector<int32_t> generated;
+  // Speculative decoding: the draft for the next step, its draft
+  // distributions (sampled requests), and this step's bookkeeping.
+  std::vector<int32_t> draft, verify_tokens;
+  std::vector<float> draft_q;
+  std::unique_ptr<Sampler> draft_sampler;
+  int spec_k = 0;  // draft length to ask for (adaptive: follows acceptance)
+  int step_start = 0, step_row = 0;
 };
 
 Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& opts) : model_(std::move(model)), opts_(opts) {
@@ -36,6 +43,8 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& opts) : model_
   pool_ = std::make_unique<KVPool>(lay, blocks, opts_.block_size);
   cache_ = std::make_unique<PrefixCache>(*pool_);
   logits_.resize(size_t(opts_.step_tokens) * c.vocab_size);
+  drafter_ = make_drafter(opts_.spec, *model_, *pool_);
+  if (drafter_ && drafter_->needs_hidden()) hidden_.resize(size_t(opts_.step_tokens) * c.hidden_size);
   metrics_.kv_blocks_total = blocks;
 }
 
@@ -65,6 +74,15 @@ uint64_t Engine::submit(GenerationRequest req, TokenCallback cb) {
   r->tokens = r->req.prompt;
   r->n_prompt = int(r->tokens.size());
   r->sampler = std::make_unique<Sampler>(r->req.sampling, c.vocab_size);
+  if (drafter_) {
+    r->spec_k = opts_.spec.steps;
+    if (!r->req.sampling.greedy()) {
+      // Drafts draw from their own stream so the target's RNG stays the request's.
+      SamplingParams dp = r->req.sampling;
+      dp.seed ^= 0x9e3779b97f4a7c15ull;
+      r->draft_sampler = std::make_unique<Sampler>(dp, c.vocab_size);
+    }
+  }
   std::lock_guard<std::mutex> lk(mu_);
   if (int(incoming_.size()) + metrics_.waiting >= opts_.max_queue + opts_.max_running)
     throw QueueFull(fmt::format("the request queue is full ({} waiting)", incoming_.size() + metrics_.waiting));
@@ -84,6 +102,8 @@ void Engine::cancel(uint64_t id) {
 void Engine::release_kv(Request& r) {
   r.kv.release(*pool_);
   r.computed = 0;
+  r.draft.clear();
+  r.draft_q.clear();
 }
 
 void Engine::finish(Request& r, const std::string& reason) {
@@ -185,6 +205,42 @@ void Engine::publish_metrics(uint64_t computed_prompt, uint64_t generated) {
   metrics_.kv_blocks_cached = cache_->cached_blocks();
 }
 
+bool Engine::emit_token(Request& r, int32_t tok, const float* lg) {
+  const ModelConfig& c = model_->config();
+  TokenEvent ev;
+  ev.token = tok;
+  if (r.req.logprobs > 0) {
+    double mx = -INFINITY, s = 0;
+    for (int v = 0; v < c.vocab_size; ++v) mx = std::max(mx, double(lg[v]));
+    for (int v = 0; v < c.vocab_size; ++v) s += std::exp(double(lg[v]) - mx);
+    ev.logprob = float(double(lg[tok]) - mx - std::log(s));
+  }
+  r.tokens.push_back(tok);
+  r.generated.push_back(tok);
+  const char* reason = nullptr;
+  const bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), tok) != c.eos_token_ids.end();
+  if ((eos && !r.req.ignore_eos) ||
+      std::find(r.req.stop_ids.begin(), r.req.stop_ids.end(), tok) != r.req.stop_ids.end())
+    reason = "stop";
+  else if (int(r.generated.size()) >= r.req.max_tokens || int(r.tokens.size()) >= c.max_position_embeddings)
+    reason = "length";
+  ev.prompt_tokens = r.n_prompt;
+  ev.cached_tokens = r.cached;
+  ev.completion_tokens = int(r.generated.size());
+  if (!reason) {
+    if (r.cb) r.cb(ev);
+    return true;
+  }
+  done_.emplace_back(&r, reason);
+  if (r.cb) {
+    ev.finished = true;
+    ev.finish_reason = reason;
+    r.cb(ev);
+    r.cb = nullptr;  // finish() must not send a second final event
+  }
+  return false;
+}
+
 bool Engine::step() {
   admit();
   if (running_.empty()) {
@@ -192,34 +248,49 @@ bool Engine::step() {
     return false;
   }
   const ModelConfig& c = model_->config();
+  const int V = c.vocab_size;
   batch_.clear();
   // Per-step lists live in members so a decode step does not allocate.
   std::vector<Request*>& in_batch = in_batch_;
-  std::vector<Request*>& logit_owner = logit_owner_;
   in_batch.clear();
-  logit_owner.clear();
-  int budget = opts_.step_tokens;
-  // Decodes first (one token each), then prefill chunks, in admission order.
+  logit_owner_.clear();
+  int budget = opts_.step_tokens, rows = 0;
+  // Decodes first (one token each, plus its draft), then prefill chunks, in admission order.
   for (int pass = 0; pass < 2 && budget > 0; ++pass) {
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Request* r = running_[i].get();
       const int pending = int(r->tokens.size()) - r->computed;
       if (pending <= 0 || (pass == 0) != (pending == 1)) continue;
-      const int n = std::min(pending, budget);
+      int k = pending == 1 ? std::min(int(r->draft.size()), budget - 1) : 0;
+      // Drafts only take free blocks: never evict cached prefixes or preempt for them.
+      if (k > 0 && !r->kv.reserve(*pool_, r->computed + 1 + k)) k = 0;
+      const int n = k > 0 ? 1 + k : std::min(pending, budget);
       if (!reserve_or_preempt(*r, r->computed + n, in_batch)) break;  // r itself was preempted: it waits
-      const bool last = r->computed + n == int(r->tokens.size());
-      batch_.add(&r->kv, r->tokens.data() + r->computed, n, r->computed, last);
+      r->step_start = r->computed;
+      r->step_row = int(batch_.tokens.size());
+      if (k > 0) {
+        r->verify_tokens.assign(1, r->tokens.back());
+        r->verify_tokens.insert(r->verify_tokens.end(), r->draft.begin(), r->draft.begin() + k);
+        batch_.add(&r->kv, r->verify_tokens.data(), n, r->computed, false);
+        for (int j = 0; j < n; ++j) batch_.logit_rows.push_back(r->step_row + j);
+        logit_owner_.push_back({r, rows, k});
+        rows += n;
+      } else {
+        const bool last = r->computed + n == int(r->tokens.size());
+        batch_.add(&r->kv, r->tokens.data() + r->computed, n, r->computed, last);
+        if (last) logit_owner_.push_back({r, rows++, 0});
+      }
       in_batch.push_back(r);
-      if (last) logit_owner.push_back(r);
       budget -= n;
     }
   }
   if (batch_.tokens.empty()) return !waiting_.empty();
-  model_->forward(batch_, *pool_, logits_.data());
+  model_->forward(batch_, *pool_, logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
   uint64_t computed_prompt = 0;
   for (size_t i = 0; i < in_batch.size(); ++i) {
     Request* r = in_batch[i];
     const int n = batch_.seqs[i].n_tokens;
+    if (int(r->tokens.size()) - r->computed == 1 && n > 1) continue;  // verifying drafts: advanced below
     if (r->computed < r->n_prompt) computed_prompt += std::min(r->n_prompt, r->computed + n) - r->computed;
     r->computed += n;
     if (opts_.prefix_cache && !r->prompt_cached && r->computed >= r->n_prompt) {
@@ -227,53 +298,78 @@ bool Engine::step() {
       r->prompt_cached = true;
     }
   }
-  std::vector<std::pair<Request*, const char*>>& done = done_;
-  done.clear();
-  for (size_t row = 0; row < logit_owner.size(); ++row) {
-    Request* r = logit_owner[row];
-    const float* lg = logits_.data() + row * c.vocab_size;
-    const int32_t tok = r->sampler->sample(lg, r->generated);
-    TokenEvent ev;
-    ev.token = tok;
-    if (r->req.logprobs > 0) {
-      double mx = -INFINITY, s = 0;
-      for (int v = 0; v < c.vocab_size; ++v) mx = std::max(mx, double(lg[v]));
-      for (int v = 0; v < c.vocab_size; ++v) s += std::exp(double(lg[v]) - mx);
-      ev.logprob = float(double(lg[tok]) - mx - std::log(s));
+  done_.clear();
+  uint64_t generated = 0, rounds = 0, drafted = 0, accepted = 0;
+  for (const LogitOwner& o : logit_owner_) {
+    Request* r = o.r;
+    const float* lg = logits_.data() + size_t(o.first_row) * V;
+    if (o.drafts == 0) {
+      emit_token(*r, r->sampler->sample(lg, r->generated), lg);
+      ++generated;
+      continue;
     }
-    r->tokens.push_back(tok);
-    r->generated.push_back(tok);
-    const char* reason = nullptr;
-    const bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), tok) != c.eos_token_ids.end();
-    if ((eos && !r->req.ignore_eos) ||
-        std::find(r->req.stop_ids.begin(), r->req.stop_ids.end(), tok) != r->req.stop_ids.end())
-      reason = "stop";
-    else if (int(r->generated.size()) >= r->req.max_tokens || int(r->tokens.size()) >= c.max_position_embeddings)
-      reason = "length";
-    ev.prompt_tokens = r->n_prompt;
-    ev.cached_tokens = r->cached;
-    ev.completion_tokens = int(r->generated.size());
-    if (reason) {
-      done.emplace_back(r, reason);
-    } else if (r->cb) {
-      r->cb(ev);
-    }
-    if (reason && r->cb) {
-      ev.finished = true;
-      ev.finish_reason = reason;
-      r->cb(ev);
-      r->cb = nullptr;  // finish() must not send a second final event
-    }
+    int emitted = 0;
+    const int a = verify_drafts(
+        *r->sampler, lg, {r->draft.data(), size_t(o.drafts)}, r->draft_q.empty() ? nullptr : r->draft_q.data(),
+        r->generated,
+        [&](int32_t tok, int row) {
+          ++emitted;
+          return emit_token(*r, tok, lg + size_t(row) * V);
+        },
+        verify_scratch_);
+    // Positions computed..computed+a hold the last token and the accepted
+    // drafts; the rejected drafts' KV is dropped.
+    r->computed += 1 + std::min(a, emitted);
+    r->kv.truncate(*pool_, r->computed);
+    generated += emitted;
+    ++rounds;
+    drafted += o.drafts;
+    accepted += a;
+    if (opts_.spec.adaptive)
+      r->spec_k = a == o.drafts ? std::min(opts_.spec.steps, r->spec_k + 1) : std::max(1, a);
   }
-  for (const auto& [r, reason] : done) {
+  for (const auto& [r, reason] : done_) {
     auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == r; });
     finish(**it, reason);
     running_.erase(it);
+    std::replace(in_batch.begin(), in_batch.end(), r, static_cast<Request*>(nullptr));
   }
-  publish_metrics(computed_prompt, logit_owner.size());
+  if (drafter_) draft_next(in_batch);
+  publish_metrics(computed_prompt, generated);
   std::lock_guard<std::mutex> lk(mu_);
   ++metrics_.steps;
+  metrics_.spec_rounds += rounds;
+  metrics_.spec_draft_tokens += drafted;
+  metrics_.spec_accepted_tokens += accepted;
   return true;
+}
+
+// Gives every sequence that advanced this step (finished ones are null) its
+// next draft; the drafter also sees prefill chunks (the MTP layer's KV).
+void Engine::draft_next(const std::vector<Request*>& stepped) {
+  const ModelConfig& c = model_->config();
+  spec_seqs_.clear();
+  for (Request* r : stepped) {
+    if (!r) continue;
+    SpecSeq s;
+    s.tokens = &r->tokens;
+    s.kv = &r->kv;
+    s.start = r->step_start;
+    s.n = r->computed - r->step_start;
+    s.hidden_row = r->step_row;
+    if (int(r->tokens.size()) == r->computed + 1) {
+      // No draft past max_tokens (one more token always comes with the
+      // verification) or past the context.
+      const int left = r->req.max_tokens - int(r->generated.size()) - 1;
+      const int room = c.max_position_embeddings - int(r->tokens.size());
+      s.want = std::max(0, std::min({r->spec_k, left, room}));
+    }
+    s.draft_sampler = r->draft_sampler.get();
+    s.draft = &r->draft;
+    s.q = &r->draft_q;
+    spec_seqs_.push_back(s);
+  }
+  drafter_->propose(spec_seqs_, hidden_.empty() ? nullptr : hidden_.data());
 }
 
 void Engine::run_until_idle() {

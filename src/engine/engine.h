@@ -20,6 +20,8 @@
 #include "engine/prefix_cache.h"
 #include "engine/sampling.h"
 #include "models/model.h"
+#include "spec/drafter.h"
+#include "spec/verify.h"
 
 namespace mx {
 
@@ -30,6 +32,7 @@ struct EngineOptions {
   int max_queue = 256;        // waiting requests beyond which submit() refuses
   int step_tokens = 256;      // token budget of one forward (decodes + prefill chunks)
   bool prefix_cache = true;
+  SpecOptions spec;           // speculative decoding (off by default)
 };
 
 struct GenerationRequest {
@@ -57,6 +60,10 @@ struct EngineMetrics {
   int kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
   uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, computed_prompt_tokens = 0;
   uint64_t generated_tokens = 0, requests_finished = 0, preemptions = 0, steps = 0;
+  // Speculative decoding: verification rounds (decode steps of a sequence that
+  // carried drafts), draft tokens verified, and how many of them were accepted.
+  // Tokens per round = (accepted + rounds) / rounds.
+  uint64_t spec_rounds = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 class Engine {
@@ -92,6 +99,10 @@ class Engine {
   void finish(Request& r, const std::string& reason);
   void release_kv(Request& r);
   void publish_metrics(uint64_t computed_prompt, uint64_t generated);
+  // Appends token tok (sampled from logits lg) to r and sends its event; false
+  // once r has finished (then it is queued in done_).
+  bool emit_token(Request& r, int32_t tok, const float* lg);
+  void draft_next(const std::vector<Request*>& stepped);
 
   std::unique_ptr<Model> model_;
   EngineOptions opts_;
@@ -109,9 +120,18 @@ class Engine {
   std::deque<std::unique_ptr<Request>> waiting_;
   std::vector<std::unique_ptr<Request>> running_;
   Batch batch_;
-  std::vector<Request*> in_batch_, logit_owner_;        // reused by step()
+  struct LogitOwner {
+    Request* r;
+    int first_row;  // its first row in logits_
+    int drafts;     // drafts verified in this step (rows = drafts + 1)
+  };
+  std::vector<Request*> in_batch_;                      // reused by step()
+  std::vector<LogitOwner> logit_owner_;
   std::vector<std::pair<Request*, const char*>> done_;  // finished this step, with reason
-  std::vector<float> logits_;
+  std::vector<float> logits_, hidden_;
+  std::unique_ptr<Drafter> drafter_;
+  std::vector<SpecSeq> spec_seqs_;
+  VerifyScratch verify_scratch_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
 };

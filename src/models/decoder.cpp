@@ -99,13 +99,15 @@ void DecoderModel::reserve(int T, int max_ctx) {
   arena_.reserve(base + layer);
 }
 
-int DecoderModel::check_batch(const Batch& batch, KVPool& kv) const {
+int DecoderModel::check_batch(const Batch& batch, KVPool& kv, bool mtp) const {
   const int T = int(batch.tokens.size());
   MX_CHECK(T > 0, "forward: empty batch");
   int max_ctx = 0, counted = 0;
   for (const auto& s : batch.seqs) {
     MX_CHECK(s.kv && s.n_tokens > 0, "forward: sequence without tokens or KV");
-    MX_CHECK(s.start_pos >= 0 && s.start_pos <= s.kv->n_tokens,
+    // The MTP layers' KV runs ahead of the target's while drafts chain
+    // (spec/mtp_drafter.h): its caller tracks which slots are written.
+    MX_CHECK(s.start_pos >= 0 && (mtp || s.start_pos <= s.kv->n_tokens),
              "forward: start_pos {} past cached positions {}", s.start_pos, s.kv->n_tokens);
     MX_CHECK(s.start_pos + s.n_tokens <= cfg_.max_position_embeddings,
              "sequence length {} exceeds the model's context of {} tokens", s.start_pos + s.n_tokens,
@@ -123,11 +125,11 @@ int DecoderModel::check_batch(const Batch& batch, KVPool& kv) const {
   return max_ctx;
 }
 
-ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv) {
+ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
   MX_CHECK(kv.layout().n_layers == kv_layout().n_layers && kv.layout().k_width == kv_layout().k_width &&
                kv.layout().v_width == kv_layout().v_width,
            "forward: KV pool layout does not match the model");
-  const int max_ctx = check_batch(batch, kv);
+  const int max_ctx = check_batch(batch, kv, mtp);
   const int T = int(batch.tokens.size());
   arena_.reset();
   reserve(T, max_ctx);
@@ -202,7 +204,7 @@ void DecoderModel::forward_mtp(int i, const Batch& batch, KVPool& kv, const floa
                                float* logits, float* hidden_out) {
   MX_CHECK(i >= 0 && i < int(mtp.size()), "MTP layer {} does not exist ({} layers)", i, mtp.size());
   const MtpLayer& m = mtp[i];
-  ForwardCtx ctx = begin(batch, kv);
+  ForwardCtx ctx = begin(batch, kv, /*mtp=*/true);
   const int T = ctx.n_tokens, D = cfg_.hidden_size;
   const float eps = cfg_.rms_norm_eps;
   float* e = arena_.alloc(size_t(T) * D);
@@ -221,8 +223,15 @@ void DecoderModel::forward_mtp(int i, const Batch& batch, KVPool& kv, const floa
   }
   matmul(x, cat, m.eh_proj, T, ctx.pool);
   run_layer(ctx, m.block, cfg_.num_hidden_layers + i, x, xn, tmp);
-  if (hidden_out) std::memcpy(hidden_out, x, size_t(T) * D * sizeof(float));
-  project_rows(ctx, x, batch.logit_rows, m.head_norm, m.head, D, eps, logits);
+  if (hidden_out) {
+    // The chained draft step consumes the state after shared_head.norm, as the
+    // first step consumes the target's after model.norm (sglang deepseek_nextn.py
+    // returns the normed state to its EAGLE worker).
+    rmsnorm(hidden_out, x, m.head_norm, T, D, eps);
+    project_rows(ctx, hidden_out, batch.logit_rows, Tensor(), m.head, D, eps, logits);
+  } else {
+    project_rows(ctx, x, batch.logit_rows, m.head_norm, m.head, D, eps, logits);
+  }
 }
 
 }  // namespace mx

@@ -49,8 +49,8 @@ class DecoderModel final : public Model {
   const TensorStore& store() const { return *store_; }
 
  private:
-  int check_batch(const Batch& batch, KVPool& kv) const;  // returns max context
-  ForwardCtx begin(const Batch& batch, KVPool& kv);
+  int check_batch(const Batch& batch, KVPool& kv, bool mtp) const;  // returns max context
+  ForwardCtx begin(const Batch& batch, KVPool& kv, bool mtp = false);
   void run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn,
                  float* tmp);
   void embed_rows(const Tensor& table, const Batch& batch, float* x) const;

@@ -1,5 +1,7 @@
 // Format detection and architecture dispatch for load_model().
 #include <filesystem>
+#include <regex>
+#include <set>
 
 #include "core/error.h"
 #include "io/llama2c.h"
@@ -63,8 +65,36 @@ std::unique_ptr<Model> build_model(const Checkpoint& ck, const LoadOptions& opts
   }
 }
 
+void attach_mtp_head(Checkpoint& ck, const std::string& path) {
+  ModelConfig& c = ck.config;
+  MX_CHECK(c.num_nextn_predict_layers == 0, "--mtp-head {}: the model already has {} MTP layer(s)", path,
+           c.num_nextn_predict_layers);
+  auto head = std::make_shared<TensorStore>(load_safetensors(path));
+  std::set<int> layers;
+  static const std::regex name(R"(model\.layers\.(\d+)\..+)");
+  for (const std::string& n : head->names()) {
+    std::smatch m;
+    MX_CHECK(std::regex_match(n, m, name), "--mtp-head {}: tensor '{}' is not an MTP layer tensor (model.layers.N.*)",
+             path, n);
+    const int l = std::stoi(m[1].str());
+    MX_CHECK(l >= c.num_hidden_layers && l < c.num_hidden_layers + 8,
+             "--mtp-head {}: tensor '{}' is not an MTP layer of a {}-layer model (layers {}..)", path, n,
+             c.num_hidden_layers, c.num_hidden_layers);
+    layers.insert(l);
+    MX_CHECK(!ck.tensors->contains(n), "--mtp-head {}: the model already has tensor '{}'", path, n);
+    ck.tensors->add(n, head->get(n), head->origin(n));
+  }
+  MX_CHECK(!layers.empty(), "--mtp-head {}: no tensors", path);
+  MX_CHECK(*layers.rbegin() - c.num_hidden_layers + 1 == int(layers.size()),
+           "--mtp-head {}: MTP layers must be numbered from {} without gaps", path, c.num_hidden_layers);
+  ck.tensors->keep_alive(head);
+  c.num_nextn_predict_layers = int(layers.size());
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
-  return build_model(load_checkpoint(path), opts);
+  Checkpoint ck = load_checkpoint(path);
+  if (!opts.mtp_head.empty()) attach_mtp_head(ck, opts.mtp_head);
+  return build_model(ck, opts);
 }
 
 }  // namespace mx

@@ -49,7 +49,8 @@ class Model {
   virtual int num_mtp_layers() const { return 0; }
   // MTP layer i: batch token at position t is x_{t+1}, prev_hidden[t] the target's
   // hidden state at t; returns logits predicting x_{t+2} for the logit rows, and
-  // optionally the layer's own output hidden [T, hidden_size] (for chaining).
+  // optionally the layer's own output hidden [T, hidden_size] after
+  // shared_head.norm (what the next chained draft step consumes).
   // Writes the MTP layer's own KV (layer num_hidden_layers + i) at positions t.
   virtual void forward_mtp(int i, const Batch& batch, KVPool& kv, const float* prev_hidden,
                            float* logits, float* hidden_out = nullptr);
@@ -65,6 +66,10 @@ class Model {
 
 struct LoadOptions {
   int max_batch_tokens = 512;  // largest batch the activation arena is sized for up front
+  // A separately trained MTP head (safetensors in the GLM/DeepSeek nextn layout,
+  // model.layers.{num_hidden_layers + i}.*) added to a model without one;
+  // tools/train_mtp_head.py writes them.
+  std::string mtp_head;
 };
 
 // A checkpoint read but not yet bound to a model: its config and tensors.
@@ -75,6 +80,11 @@ struct Checkpoint {
 };
 Checkpoint load_checkpoint(const std::string& path);
 std::unique_ptr<Model> build_model(const Checkpoint& ck, const LoadOptions& opts = {});
+
+// Adds the MTP layers of the safetensors file `path` to ck (which must have
+// none): every tensor must be named model.layers.{L}.* with L from
+// num_hidden_layers on, without gaps; num_nextn_predict_layers is set to their count.
+void attach_mtp_head(Checkpoint& ck, const std::string& path);
 
 // Loads a model from an HF directory (config.json + safetensors) or a
 // llama2.c .bin file.

@@ -75,6 +75,14 @@ std::string ServerMetrics::render(const EngineMetrics& m, uint64_t kernel_fallba
   counter("mxserve_generation_tokens_total", "Tokens generated.", m.generated_tokens);
   counter("mxserve_preemptions_total", "Requests preempted for KV space (recomputed later).", m.preemptions);
   counter("mxserve_engine_steps_total", "Engine forward steps.", m.steps);
+  counter("mxserve_spec_rounds_total", "Speculative verification rounds (sequence decode steps carrying drafts).",
+          m.spec_rounds);
+  counter("mxserve_spec_draft_tokens_total", "Draft tokens verified.", m.spec_draft_tokens);
+  counter("mxserve_spec_accepted_tokens_total", "Draft tokens accepted.", m.spec_accepted_tokens);
+  gauge("mxserve_spec_acceptance_rate", "Accepted / drafted tokens.",
+        m.spec_draft_tokens ? double(m.spec_accepted_tokens) / double(m.spec_draft_tokens) : 0.0);
+  gauge("mxserve_spec_mean_accepted_length", "Tokens emitted per verification round (accepted + 1).",
+        m.spec_rounds ? double(m.spec_accepted_tokens + m.spec_rounds) / double(m.spec_rounds) : 0.0);
   counter("mxserve_kernel_fallbacks_total", "Kernel calls that ran with an untuned shape's default config.",
           kernel_fallbacks);
   {
