@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   bool strict_kernels = false;
   app.add_flag("--strict-kernels", strict_kernels,
                "A kernel call with no tuned config for its shape is an error instead of a logged fallback");
+  std::vector<std::string> kernel_configs;
+  app.add_option("--kernel-configs", kernel_configs,
+                 "Kernel config file(s) (mxserve tune --out) read on top of the built-in table");
   std::vector<mx::cli::Command> cmds = mx::cli::all_commands(app);
   try {
     app.parse(argc, argv);
@@ -30,6 +33,8 @@ int main(int argc, char** argv) {
   }
   mx::set_strict_kernels(strict_kernels);
   try {
+    mx::set_kernel_config_files(kernel_configs);
+    mx::tuned_table();  // a bad config file fails here, before any work
     for (auto& c : cmds)
       if (c.sub->parsed()) return c.run();
   } catch (const mx::Error& e) {

@@ -71,35 +71,34 @@ class Registry {
       e.tuned = true;
     } else {
       e.cfg = fallback(op, dt, isa);
-      untuned_.push_back(&e);
       fmt::print(stderr,
                  "mxserve: warning: no tuned kernel config for {}; using the generic default "
-                 "(build/tune_kernels prints entries for kernels/cpu/tuned_configs.cpp)\n",
+                 "(mxserve tune --model M writes entries; see kernels/cpu/tuned_configs.json)\n",
                  k);
     }
     entries_.emplace(k, &e);
     return &e;
   }
 
-  std::vector<UntunedShape> untuned() {
+  std::vector<KernelShape> shapes(bool untuned_only) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<UntunedShape> v;
-    for (const Entry* e : untuned_)
-      v.push_back({e->op, e->dtype, e->out, e->in, e->isa, e->calls.load(std::memory_order_relaxed)});
+    std::vector<KernelShape> v;
+    for (const Entry& e : store_)
+      if (!untuned_only || !e.tuned)
+        v.push_back({e.op, e.dtype, e.out, e.in, e.isa, e.calls.load(std::memory_order_relaxed)});
     return v;
   }
 
  private:
   Registry() {
     for (const TunedEntry& t : tuned_table())
-      table_.emplace(key_string(t.op, t.dtype, t.out, t.in, t.isa), &t.cfg);
+      table_[key_string(t.op, t.dtype, t.out, t.in, t.isa)] = &t.cfg;
   }
 
   std::unordered_map<std::string, const KernelConfig*> table_;  // immutable after construction
   std::mutex mu_;
   std::deque<Entry> store_;  // stable addresses
   std::unordered_map<std::string, Entry*> entries_;
-  std::vector<const Entry*> untuned_;
 };
 
 // Per-thread direct-mapped cache of Entry pointers.
@@ -128,8 +127,8 @@ const KernelConfig& kernel_config(std::string_view op, DType dtype, int64_t out,
     const_cast<Entry*>(e)->calls.fetch_add(1, std::memory_order_relaxed);
     g_fallbacks.fetch_add(1, std::memory_order_relaxed);
     if (g_strict.load(std::memory_order_relaxed))
-      fail("strict kernels: no tuned kernel config for {} (add it to kernels/cpu/tuned_configs.cpp; "
-           "build/tune_kernels prints the entry)",
+      fail("strict kernels: no tuned kernel config for {} (add it to kernels/cpu/tuned_configs.json, or pass "
+           "--kernel-configs FILE written by mxserve tune --model M)",
            key_string(op, dtype, out, in, isa));
   }
   return e->cfg;
@@ -149,8 +148,9 @@ bool strict_kernels() { return g_strict.load(); }
 
 uint64_t kernel_fallback_count() { return g_fallbacks.load(std::memory_order_relaxed); }
 
-std::vector<UntunedShape> untuned_shapes() { return Registry::get().untuned(); }
+std::vector<UntunedShape> untuned_shapes() { return Registry::get().shapes(true); }
+std::vector<KernelShape> seen_kernel_shapes() { return Registry::get().shapes(false); }
 
-std::string UntunedShape::str() const { return key_string(op, dtype, out, in, isa); }
+std::string KernelShape::str() const { return key_string(op, dtype, out, in, isa); }
 
 }  // namespace mx

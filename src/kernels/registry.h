@@ -1,9 +1,11 @@
 #pragma once
 // Tuned-kernel registry: (op, weight dtype, out, in, isa) -> the tile shapes and
-// prefetch distance a kernel runs with. Entries come from a committed table
-// (kernels/cpu/tuned_configs.cpp, produced by build/tune_kernels) covering the
-// synthetic models' shapes, plus one generic default per (op, dtype, isa) (a table
-// row with out = in = 0).
+// prefetch distance a kernel runs with. Entries come from a committed JSON table
+// (kernels/cpu/tuned_configs.json, compiled into the binary; written by
+// `mxserve tune --model M` or `mxserve tune --synthetic`) covering the synthetic
+// models' shapes, plus one generic default per (op, dtype, isa) (an entry with
+// out = in = 0). Files named by --kernel-configs / MXSERVE_KERNEL_CONFIGS
+// (':'-separated) are read on top of it; their entries replace the same keys.
 //
 // A config only regroups the outputs a kernel computes at once and where it
 // prefetches; it never changes any output's arithmetic (matmul_impl.h), so the
@@ -39,17 +41,29 @@ struct KernelConfig {
   bool operator==(const KernelConfig&) const = default;
 };
 
-// One row of the committed table. out == in == 0: the generic default of (op, dtype, isa).
+// One table entry. out == in == 0: the generic default of (op, dtype, isa).
 struct TunedEntry {
-  const char* op;
+  std::string op;
   DType dtype;
   int64_t out, in;
   Isa isa;
   KernelConfig cfg;
+  std::string note;  // e.g. the measured GB/s, for people reading the file
 };
 
-// The committed table (kernels/cpu/tuned_configs.cpp).
+// The table in effect: the committed one, then the extra files.
 std::span<const TunedEntry> tuned_table();
+
+// Extra config files, read when the registry is first used; set them before
+// any kernel runs (throws mx::Error if the registry is already built).
+void set_kernel_config_files(std::vector<std::string> paths);
+
+// The JSON format (kernels/cpu/tuned_configs.json). parse throws mx::Error
+// naming `origin` and the bad entry; write emits one entry per line.
+std::vector<TunedEntry> parse_kernel_configs(std::string_view json, const std::string& origin);
+std::string write_kernel_configs(const std::vector<TunedEntry>& entries, const std::string& about);
+// Entries of `base` with those of `over` replacing equal keys, sorted by (op, isa, dtype, out, in).
+std::vector<TunedEntry> merge_kernel_configs(std::vector<TunedEntry> base, const std::vector<TunedEntry>& over);
 
 // The config to run (op, dtype, out, in) with on isa. Untuned shapes: see above.
 const KernelConfig& kernel_config(std::string_view op, DType dtype, int64_t out, int64_t in,
@@ -67,15 +81,18 @@ bool strict_kernels();
 // Calls that ran (or, in strict mode, refused to run) with an untuned shape.
 uint64_t kernel_fallback_count();
 
-struct UntunedShape {
+struct KernelShape {
   std::string op;
   DType dtype;
   int64_t out, in;
   Isa isa;
-  uint64_t calls;    // lookups of this key so far
+  uint64_t calls;    // fallback lookups of this key so far (0 for tuned keys)
   std::string str() const;  // "matmul MXFP4 [out=896, in=4864] avx512"
 };
+using UntunedShape = KernelShape;
 // Every distinct untuned key looked up so far, in first-seen order (for /metrics).
 std::vector<UntunedShape> untuned_shapes();
+// Every distinct key looked up so far, tuned or not (what `mxserve tune --model` tunes).
+std::vector<KernelShape> seen_kernel_shapes();
 
 }  // namespace mx

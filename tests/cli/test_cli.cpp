@@ -62,3 +62,34 @@ TEST(Cli, InspectShowsArchitectureAndMapping) {
             std::string::npos)
       << r.out;
 }
+
+TEST(Cli, TuneWritesEntriesThatMakeAModelStrictClean) {
+  mxtest::TempDir d;
+  const std::string model = d / "m";
+  ASSERT_EQ(mxtest::run(bin() + " make-test-model --arch llama --preset tiny --out " + model).code, 0);
+  const std::string cfg = d / "kc.json";
+  const std::string gen = " generate --model " + model + " --prompt-ids 1,2,3 --max-tokens 3 --print-ids";
+  auto r = mxtest::run("MXSERVE_THREADS=1 " + bin() + " tune --model " + model + " --out " + cfg +
+                           " --min-ms 0.5 --calls 2",
+                       true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("wrote"), std::string::npos) << r.out;
+  auto text = mxtest::slurp(cfg);
+  EXPECT_NE(text.find("\"format\": \"mxserve-kernel-configs\""), std::string::npos);
+  EXPECT_NE(text.find("\"out\": 160, \"in\": 64"), std::string::npos) << text;  // the tiny MLP's gate/up
+  // With the file, strict mode runs the model; a second tune merges into it.
+  auto g = mxtest::run(bin() + " --strict-kernels --kernel-configs " + cfg + gen, true);
+  EXPECT_EQ(g.code, 0) << g.out;
+  const size_t n_before = std::count(text.begin(), text.end(), '\n');
+  ASSERT_EQ(mxtest::run(bin() + " tune --synthetic --shapes 48x80 --dtypes BF16 --isas scalar --out " + cfg, true).code, 0);
+  auto text2 = mxtest::slurp(cfg);
+  EXPECT_EQ(size_t(std::count(text2.begin(), text2.end(), '\n')), n_before + 1);
+  // Bad files and bad arguments are clear errors.
+  mxtest::spit(d / "bad.json", "{\"format\": 1");
+  auto b = mxtest::run(bin() + " --kernel-configs " + d / "bad.json" + gen, true);
+  EXPECT_NE(b.code, 0);
+  EXPECT_NE(b.out.find("not valid JSON"), std::string::npos) << b.out;
+  auto s = mxtest::run(bin() + " tune --synthetic --shapes 4x --out " + cfg, true);
+  EXPECT_NE(s.code, 0);
+  EXPECT_NE(s.out.find("bad shape"), std::string::npos) << s.out;
+}

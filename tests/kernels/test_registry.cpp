@@ -123,3 +123,54 @@ TEST(Registry, UntunedShapeWarnsOnceCountsAndThrowsWhenStrict) {
 }
 
 }  // namespace
+
+namespace {
+const char* kOneEntry = R"({"format": "mxserve-kernel-configs", "version": 1, "entries": [
+  {"op": "matmul", "dtype": "BF16", "out": 640, "in": 320, "isa": "avx2", "gemv_rows": 4, "tile_tokens": 4,
+   "tile_rows": 6, "prefetch": 0, "chunk_kib": 128, "rowblock_kib": 0, "note": "x"}]})";
+}  // namespace
+
+TEST(KernelConfigs, JsonRoundTripsAndMergesByKey) {
+  auto e = parse_kernel_configs(kOneEntry, "test");
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].dtype, DType::BF16);
+  EXPECT_EQ(e[0].isa, Isa::Avx2);
+  EXPECT_EQ(e[0].cfg.gemv_rows, 4);
+  EXPECT_EQ(e[0].note, "x");
+  auto again = parse_kernel_configs(write_kernel_configs(e, "about"), "written");
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].cfg, e[0].cfg);
+  EXPECT_EQ(again[0].out, 640);
+  // The committed table round-trips too.
+  std::vector<TunedEntry> table(tuned_table().begin(), tuned_table().end());
+  EXPECT_EQ(parse_kernel_configs(write_kernel_configs(table, "a"), "t").size(), table.size());
+  // Merging replaces the same key and adds new ones.
+  TunedEntry changed = e[0];
+  changed.cfg.gemv_rows = 8;
+  TunedEntry other = e[0];
+  other.out = 1280;
+  auto merged = merge_kernel_configs(e, {changed, other});
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0].cfg.gemv_rows, 8);
+  EXPECT_EQ(merged[1].out, 1280);
+}
+
+TEST(KernelConfigs, BadFilesAreClearErrors) {
+  auto expect_error = [](const std::string& text, const char* needle) {
+    try {
+      parse_kernel_configs(text, "f.json");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error("{", "not valid JSON");
+  expect_error(R"({"format": "other", "version": 1, "entries": []})", "not an mxserve kernel config");
+  expect_error(R"({"format": "mxserve-kernel-configs", "version": 2, "entries": []})", "version");
+  std::string s = kOneEntry;
+  expect_error(std::string(s).replace(s.find("avx2"), 4, "neon"), "unknown isa");
+  expect_error(std::string(s).replace(s.find("BF16"), 4, "Q4_K"), "unknown dtype");
+  expect_error(std::string(s).replace(s.find("\"gemv_rows\": 4"), 14, "\"gemv_rows\": 0"), "out of range");
+  expect_error(std::string(s).replace(s.find("\"prefetch\": 0, "), 15, ""), "entry 0");
+  EXPECT_THROW(set_kernel_config_files({"late.json"}), Error);  // the registry is already built
+}
