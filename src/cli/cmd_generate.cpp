@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/parallel_args.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
@@ -15,7 +16,9 @@ struct ModelArgs {
   std::string model;
   std::string prompt_ids;
   int threads = 0;
+  ParallelOptions par;
   void add(CLI::App* s) {
+    add_parallel_options(s, par);
     s->add_option("--model", model, "Model directory (config.json + safetensors) or llama2.c .bin")
         ->required();
     s->add_option("--prompt-ids", prompt_ids, "Prompt as token ids, e.g. \"1 2 3\" or 1,2,3")
@@ -31,7 +34,9 @@ Command add_generate(CLI::App& app) {
   auto a = std::make_shared<ModelArgs>();
   auto o = std::make_shared<GenerateOptions>();
   auto print_ids = std::make_shared<bool>(false);
+  auto comm_stats = std::make_shared<bool>(false);
   a->add(s);
+  s->add_flag("--comm-stats", *comm_stats, "Print the bytes every rank sent per token, by collective (stderr)");
   s->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
   s->add_option("--temperature", o->sampling.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
   s->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0 = off)")
@@ -42,11 +47,19 @@ Command add_generate(CLI::App& app) {
   s->add_option("--seed", o->sampling.seed, "Sampling seed");
   s->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at EOS");
   s->add_flag("--print-ids", *print_ids, "Print only the generated ids on stdout");
-  return {s, [a, o, print_ids] {
+  return {s, [a, o, print_ids, comm_stats] {
             if (a->threads) set_global_threads(a->threads);
-            auto model = load_model(a->model);
+            auto model = load_parallel_model(a->model, a->par);
+            if (!model) return 0;  // an MPI follower rank: the leader printed the result
             auto prompt = parse_token_ids(a->prompt_ids);
             GenerateResult r = generate(*model, prompt, *o);
+            if (*comm_stats) {
+              auto* pm = dynamic_cast<ParallelModel*>(model.get());
+              const uint64_t toks = r.prompt_tokens + r.tokens.size();
+              std::fprintf(stderr, "comm (tp %d, ep %d, %llu tokens): %s\n", a->par.tp, a->par.ep,
+                           (unsigned long long)toks,
+                           pm ? describe_comm(pm->group_stats(), toks).c_str() : "one rank, no communication");
+            }
             std::string out;
             for (size_t i = 0; i < r.tokens.size(); ++i)
               out += (i ? " " : "") + std::to_string(r.tokens[i]);
@@ -71,7 +84,8 @@ Command add_logits(CLI::App& app) {
   a->add(s);
   return {s, [a] {
             if (a->threads) set_global_threads(a->threads);
-            auto model = load_model(a->model);
+            auto model = load_parallel_model(a->model, a->par);
+            if (!model) return 0;
             auto logits = prompt_logits(*model, parse_token_ids(a->prompt_ids));
             for (float v : logits) std::printf("%.7g\n", v);
             return 0;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/parallel_args.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -29,6 +30,7 @@ struct ServeArgs {
   int max_body_mb = 8;
   bool no_prefix_cache = false;
   EngineOptions engine;
+  ParallelOptions par;
 };
 
 std::string default_name(const std::string& path) {
@@ -76,6 +78,7 @@ Command add_serve(CLI::App& app) {
                 "Seconds SIGINT/SIGTERM waits for in-flight requests before cancelling them")
       ->check(CLI::Range(0, 3600))
       ->capture_default_str();
+  add_parallel_options(s, a->par);
   return {s, [a] {
             // Signals go to one waiting thread; every thread started from here on inherits the mask.
             sigset_t sigs;
@@ -93,7 +96,9 @@ Command add_serve(CLI::App& app) {
             std::unique_ptr<Tokenizer> tok;
             if (!tok_path.empty()) tok = load_tokenizer_hf(tok_path);
 
-            auto model = load_model(a->model);
+            // Under mpirun, ranks > 0 follow rank 0's forwards inside here and return null.
+            auto model = load_parallel_model(a->model, a->par);
+            if (!model) return 0;
             const ModelConfig& c = model->config();
             if (tok)
               MX_CHECK(tok->vocab_size <= size_t(c.vocab_size),

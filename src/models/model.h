@@ -65,6 +65,8 @@ class Model {
 
 struct LoadOptions {
   int max_batch_tokens = 512;  // largest batch the activation arena is sized for up front
+  // Tensor / expert parallel: this rank's cut (parallel/shard.h); null = whole model.
+  std::shared_ptr<const ShardPlan> shard;
 };
 
 // A checkpoint read but not yet bound to a model: its config and tensors.
