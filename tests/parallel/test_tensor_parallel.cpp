@@ -60,10 +60,14 @@ TEST_P(Parallel, GreedyTokensMatchOneRank) {
   for (size_t i = 0; i < a.size(); ++i) maxdiff = std::max(maxdiff, std::fabs(a[i] - b[i]));
   std::printf("[ %s tp %d ep %d ] max |logit difference| over %zu logits: %g\n", c.arch.c_str(), c.tp, c.ep,
               a.size(), maxdiff);
-  if (c.tp == 1) EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "EP must be bitwise exact";
+  if (c.tp == 1) {
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "EP must be bitwise exact";
+  }
   EXPECT_LT(maxdiff, 1e-3);
   // Per-rank KV really shrinks under TP: the leader's layout holds its heads only.
-  if (c.tp > 1) EXPECT_EQ(par->kv_layout().k_width * c.tp, one->kv_layout().k_width);
+  if (c.tp > 1) {
+    EXPECT_EQ(par->kv_layout().k_width * c.tp, one->kv_layout().k_width);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, Parallel,
@@ -133,8 +137,13 @@ TEST(ParallelModel, CommunicationIsCounted) {
     ASSERT_EQ(st.size(), 2u);
     uint64_t ar = 0, a2a = 0;
     for (auto& s : st) ar += s.bytes[size_t(CommOp::AllReduce)], a2a += s.bytes[size_t(CommOp::AllToAll)];
-    if (tp > 1) EXPECT_GT(ar, 0u);
-    if (ep > 1) EXPECT_GT(a2a, 0u), EXPECT_EQ(ar, 0u);
+    if (tp > 1) {
+      EXPECT_GT(ar, 0u);
+    }
+    if (ep > 1) {
+      EXPECT_GT(a2a, 0u);
+      EXPECT_EQ(ar, 0u);
+    }
     std::printf("[ tp %d ep %d ] %s\n", tp, ep, describe_comm(st, 8).c_str());
   }
 }
