@@ -33,6 +33,7 @@ struct ServeArgs {
   EngineOptions engine;
   ParallelOptions par;
   int dp = 1;
+  bool dp_round_robin = false;
 };
 
 std::string default_name(const std::string& path) {
@@ -71,6 +72,7 @@ int serve_data_parallel(ServeArgs& a, sigset_t& sigs, const Tokenizer* tok, cons
   ro.host = base.host;
   ro.port = base.port;
   ro.route.block_size = a.engine.block_size;
+  ro.route.cache_aware = !a.dp_round_robin;
   ro.http_threads = base.http_threads;
   for (auto& r : reps) {
     auto model = load_parallel_model(a.model, a.par);
@@ -90,8 +92,9 @@ int serve_data_parallel(ServeArgs& a, sigset_t& sigs, const Tokenizer* tok, cons
     sigwait(&sigs, &sig);
     router.shutdown();
   });
-  std::fprintf(stderr, "mxserve: serving '%s' on http://%s:%d: %d data-parallel replicas, cache-aware router\n",
-               base.served_model_name.c_str(), base.host.c_str(), port, a.dp);
+  std::fprintf(stderr, "mxserve: serving '%s' on http://%s:%d: %d data-parallel replicas, %s router\n",
+               base.served_model_name.c_str(), base.host.c_str(), port, a.dp,
+               a.dp_round_robin ? "round-robin" : "cache-aware");
   std::fflush(stderr);
   router.run();
   pthread_kill(waiter.native_handle(), SIGTERM);
@@ -145,6 +148,7 @@ Command add_serve(CLI::App& app) {
   add_parallel_options(s, a->par);
   s->add_option("--dp", a->dp, "Data-parallel replicas in this process, behind the cache-aware router")
       ->check(CLI::Range(1, 64));
+  s->add_flag("--dp-round-robin", a->dp_round_robin, "With --dp: route round-robin instead (the baseline)");
   return {s, [a] {
             // Signals go to one waiting thread; every thread started from here on inherits the mask.
             sigset_t sigs;
