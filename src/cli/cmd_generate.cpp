@@ -56,9 +56,10 @@ Command add_generate(CLI::App& app) {
             if (*comm_stats) {
               auto* pm = dynamic_cast<ParallelModel*>(model.get());
               const uint64_t toks = r.prompt_tokens + r.tokens.size();
-              std::fprintf(stderr, "comm (tp %d, ep %d, %llu tokens): %s\n", a->par.tp, a->par.ep,
-                           (unsigned long long)toks,
-                           pm ? describe_comm(pm->group_stats(), toks).c_str() : "one rank, no communication");
+              std::fprintf(stderr, "comm (tp %d, ep %d, %llu tokens): %s; rank 0 resident %.0f MiB\n", a->par.tp,
+                           a->par.ep, (unsigned long long)toks,
+                           pm ? describe_comm(pm->group_stats(), toks).c_str() : "one rank, no communication",
+                           resident_bytes() / 1048576.0);
             }
             std::string out;
             for (size_t i = 0; i < r.tokens.size(); ++i)

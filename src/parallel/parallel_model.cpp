@@ -1,8 +1,10 @@
 #include "parallel/parallel_model.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "parallel/comm_local.h"
@@ -184,6 +186,8 @@ std::unique_ptr<Model> load_parallel_model(const std::string& path, const Parall
     *plan = ShardPlan{&comm, comm.rank(), n, po.tp > 1, po.ep > 1, nullptr};
     opts.shard = plan;
     std::unique_ptr<Model> m = build_model(ck, opts);
+    // Loading touched the whole checkpoint; keep resident only what this shard reads.
+    MappedFile::release_all_resident();
     if (comm.rank() != 0) {
       follow_leader(*m, comm);
       return nullptr;
@@ -212,6 +216,17 @@ std::unique_ptr<Model> load_parallel_model(const std::string& path, const Parall
   auto pm = std::make_unique<ParallelModel>(std::move(models[0]), *local->comms[0]);
   pm->local = std::move(local);
   return pm;
+}
+
+size_t resident_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  size_t kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %zu kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
 }
 
 std::string describe_comm(const std::vector<CommStats>& stats, uint64_t tokens) {

@@ -72,6 +72,9 @@ void follow_leader(Model& shard, Comm& comm);
 std::unique_ptr<Model> load_parallel_model(const std::string& path, const ParallelOptions& po,
                                            LoadOptions opts = {});
 
+// This process's resident set (VmRSS), 0 when unknown.
+size_t resident_bytes();
+
 // "allreduce 1.2 MB, all-to-all ..." per token over every rank's counters.
 std::string describe_comm(const std::vector<CommStats>& stats, uint64_t tokens);
 
