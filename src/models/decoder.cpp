@@ -36,13 +36,10 @@ void bind_decoder_layer(WeightBinder& wb, const ModelConfig& c, int index, Decod
   const std::string p = fmt::format("model.layers.{}", index);
   bind_layer_norms(wb, p, c, L);
   const ShardPlan& sp = wb.shard();
-  if (c.mla) {
-    MX_CHECK(!sp.tp_on(), "TP not supported for MLA yet ({}): use --tp 1 (expert parallel --ep works)",
-             c.architecture);
+  if (c.mla)
     L.attn = std::make_unique<MlaAttention>(wb, p + ".self_attn", c);
-  } else {
+  else
     L.attn = std::make_unique<GqaAttention>(wb, p + ".self_attn", c);
-  }
   L.attn_partial = sp.tp_on();
   if (c.is_moe_layer(index)) {
     L.ffn = std::make_unique<MoeBlock>(wb, p + ".mlp", c);

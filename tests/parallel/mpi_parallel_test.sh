@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # TP=2, EP=2 and TP=2+EP=2 under `mpirun -np 2` (two processes) give the same
-# greedy tokens as one process, for the tiny glm4_moe and qwen3_moe.
+# greedy tokens as one process, for the tiny glm4_moe, qwen3_moe and deepseek_v3 (MLA).
 # Usage: mpi_parallel_test.sh path/to/mxserve. Exit 77 (ctest: skipped) when
 # mpirun or the MPI build is missing.
 set -euo pipefail
@@ -14,7 +14,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 PROMPT="1 17 42 99 5 250 3 8 77 123 64 2 9 31 200 11 12"
 fail=0
-for arch in glm4_moe qwen3_moe; do
+for arch in glm4_moe qwen3_moe deepseek_v3; do
   "$MX" make-test-model --arch "$arch" --preset tiny --out "$TMP/$arch" >/dev/null
   ref=$("$MX" generate --model "$TMP/$arch" --prompt-ids "$PROMPT" --max-tokens 24 --temperature 0 --ignore-eos --print-ids)
   for par in "--tp 2" "--ep 2" "--tp 2 --ep 2"; do
