@@ -54,11 +54,16 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--groups", type=int, default=1,
+                    help="distinct shared prefixes (e.g. system prompts), picked at random per request")
     a = ap.parse_args()
     rng = random.Random(0)
-    shared = [1] + [rng.randrange(3, a.vocab) for _ in range(int(a.prompt_len * a.shared) - 1)]
-    prompts = [shared + [rng.randrange(3, a.vocab) for _ in range(a.prompt_len - len(shared))]
-               for _ in range(a.requests)]
+    n_shared = int(a.prompt_len * a.shared)
+    groups = [[1] + [rng.randrange(3, a.vocab) for _ in range(n_shared - 1)] for _ in range(a.groups)]
+    prompts = []
+    for _ in range(a.requests):
+        shared = groups[rng.randrange(a.groups)]
+        prompts.append(shared + [rng.randrange(3, a.vocab) for _ in range(a.prompt_len - len(shared))])
     results, lock, it = [], threading.Lock(), iter(prompts)
 
     def worker():

@@ -6,6 +6,7 @@ PKGS=(g++ cmake ninja-build pkg-config
       libfmt-dev nlohmann-json3-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
+      openmpi-bin libopenmpi-dev
       python3-numpy python3-torch)
 missing=()
 for p in "${PKGS[@]}"; do

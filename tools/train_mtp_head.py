@@ -80,18 +80,25 @@ def rope(x, pos, theta, interleaved):
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
 
-def attention(cfg, x, wq, wk, wv, wo, interleaved):
+def attention(cfg, x, wq, wk, wv, wo, interleaved, cache=None):
+    """Causal GQA attention over x [B, T, D]. With cache (a dict), x continues the
+    cached positions and its K/V are appended (incremental generation)."""
     B, T, _ = x.shape
     nh, nkv, hd = cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
-    pos = torch.arange(T)
+    past = 0 if cache is None or "k" not in cache else cache["k"].shape[1]
+    pos = torch.arange(past, past + T)
     q = rope((x @ wq.T).view(B, T, nh, hd), pos, cfg["theta"], interleaved)
     k = rope((x @ wk.T).view(B, T, nkv, hd), pos, cfg["theta"], interleaved)
     v = (x @ wv.T).view(B, T, nkv, hd)
+    if cache is not None:
+        if past:
+            k, v = torch.cat([cache["k"], k], 1), torch.cat([cache["v"], v], 1)
+        cache["k"], cache["v"] = k, v
     rep = nh // nkv
     k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, T, hd]
     s = (q @ k.transpose(-1, -2)) / hd ** 0.5
-    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    s = s.masked_fill(torch.ones(T, past + T, dtype=torch.bool).triu(past + 1), float("-inf"))
     o = F.softmax(s, -1) @ v
     return o.transpose(1, 2).reshape(B, T, nh * hd) @ wo.T
 
@@ -101,12 +108,13 @@ def swiglu(x, gate, up, down):
 
 
 @torch.no_grad()
-def target_forward(cfg, w, ids):
-    """ids [B, T] -> (hidden after the final norm [B, T, D], logits [B, T, V])."""
+def target_forward(cfg, w, ids, caches=None):
+    """ids [B, T] -> (hidden after the final norm [B, T, D], logits [B, T, V]).
+    caches: one dict per layer for incremental calls."""
     x = w["emb"][ids]
     for l in range(cfg["layers"]):
         x = x + attention(cfg, rms(x, w["rms_att"][l], cfg["eps"]), w["wq"][l], w["wk"][l], w["wv"][l],
-                          w["wo"][l], interleaved=True)
+                          w["wo"][l], interleaved=True, cache=None if caches is None else caches[l])
         x = x + swiglu(rms(x, w["rms_ffn"][l], cfg["eps"]), w["w1"][l], w["w3"][l], w["w2"][l])
     h = rms(x, w["rms_final"], cfg["eps"])
     return h, h @ w["cls"].T
@@ -116,8 +124,9 @@ def target_forward(cfg, w, ids):
 def generate(cfg, w, n, length, temperature, greedy_after, gen):
     """n sequences from BOS (id 1); sampled at `temperature`, greedy from position greedy_after on."""
     ids = torch.ones(n, 1, dtype=torch.long)
+    caches = [{} for _ in range(cfg["layers"])]
     for t in range(length - 1):
-        _, lg = target_forward(cfg, w, ids)
+        _, lg = target_forward(cfg, w, ids[:, -1:], caches)
         lg = lg[:, -1]
         if t >= greedy_after:
             nxt = lg.argmax(-1)

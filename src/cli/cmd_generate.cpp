@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "cli/commands.h"
+#include "cli/parallel_args.h"
 #include "cli/spec_args.h"
 #include "engine/engine.h"
 #include "core/cpu_features.h"
@@ -20,7 +21,9 @@ struct ModelArgs {
   std::string prompt_ids;
   std::string mtp_head;
   int threads = 0;
+  ParallelOptions par;
   void add(CLI::App* s) {
+    add_parallel_options(s, par);
     s->add_option("--model", model, "Model directory (config.json + safetensors) or llama2.c .bin")
         ->required();
     s->add_option("--prompt-ids", prompt_ids, "Prompt as token ids, e.g. \"1 2 3\" or 1,2,3")
@@ -29,10 +32,11 @@ struct ModelArgs {
         ->check(CLI::Range(1, 1024));
     s->add_option("--mtp-head", mtp_head, "A trained MTP head (safetensors, nextn layout) for a model without one");
   }
+  // Null on an MPI follower rank (it followed the leader's forwards until the end).
   std::unique_ptr<Model> load() const {
     LoadOptions lo;
     lo.mtp_head = mtp_head;
-    return load_model(model, lo);
+    return load_parallel_model(model, par, lo);
   }
 };
 // With speculative decoding the one request runs through the serving engine,
@@ -76,8 +80,10 @@ Command add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   auto print_ids = std::make_shared<bool>(false);
   auto spec = std::make_shared<SpecArgs>();
+  auto comm_stats = std::make_shared<bool>(false);
   a->add(s);
   spec->add(s);
+  s->add_flag("--comm-stats", *comm_stats, "Print the bytes every rank sent per token, by collective (stderr)");
   s->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
   s->add_option("--temperature", o->sampling.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
   s->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0 = off)")
@@ -88,14 +94,25 @@ Command add_generate(CLI::App& app) {
   s->add_option("--seed", o->sampling.seed, "Sampling seed");
   s->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at EOS");
   s->add_flag("--print-ids", *print_ids, "Print only the generated ids on stdout");
-  return {s, [a, o, print_ids, spec] {
+  return {s, [a, o, print_ids, spec, comm_stats] {
             if (a->threads) set_global_threads(a->threads);
             const SpecOptions so = spec->get();
             auto model = a->load();
+            if (!model) return 0;  // an MPI follower rank: the leader printed the result
             auto prompt = parse_token_ids(a->prompt_ids);
             EngineMetrics stats;
+            // The parallel model stays reachable for --comm-stats after the engine took it.
+            auto* pm = dynamic_cast<ParallelModel*>(model.get());
             GenerateResult r = so.mode == SpecMode::off ? generate(*model, prompt, *o)
                                                         : generate_speculative(std::move(model), prompt, *o, so, &stats);
+            if (*comm_stats) {
+              const uint64_t toks = r.prompt_tokens + r.tokens.size();
+              std::fprintf(stderr, "comm (tp %d, ep %d, %llu tokens): %s; rank 0 resident %.0f MiB\n", a->par.tp,
+                           a->par.ep, (unsigned long long)toks,
+                           pm && so.mode == SpecMode::off ? describe_comm(pm->group_stats(), toks).c_str()
+                              : pm ? "not reported with --speculative" : "one rank, no communication",
+                           resident_bytes() / 1048576.0);
+            }
             std::string out;
             for (size_t i = 0; i < r.tokens.size(); ++i)
               out += (i ? " " : "") + std::to_string(r.tokens[i]);
@@ -131,6 +148,7 @@ Command add_logits(CLI::App& app) {
   return {s, [a] {
             if (a->threads) set_global_threads(a->threads);
             auto model = a->load();
+            if (!model) return 0;
             auto logits = prompt_logits(*model, parse_token_ids(a->prompt_ids));
             for (float v : logits) std::printf("%.7g\n", v);
             return 0;

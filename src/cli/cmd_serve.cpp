@@ -9,12 +9,14 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/parallel_args.h"
 #include "cli/spec_args.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "io/tokenizer.h"
 #include "models/model.h"
+#include "server/dp_proxy.h"
 #include "server/http_server.h"
 
 namespace mx::cli {
@@ -31,6 +33,9 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   EngineOptions engine;
   SpecArgs spec;
+  ParallelOptions par;
+  int dp = 1;
+  bool dp_round_robin = false;
 };
 
 std::string default_name(const std::string& path) {
@@ -39,6 +44,72 @@ std::string default_name(const std::string& path) {
   std::string name = p.filename().string();
   if (p.extension() == ".bin") name = p.stem().string();
   return name.empty() ? "model" : name;
+}
+server::ServerOptions server_options(const ServeArgs& a) {
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.served_model_name = a.served_name.empty() ? default_name(a.model) : a.served_name;
+  so.max_body_bytes = size_t(a.max_body_mb) << 20;
+  so.kv_block_size = a.engine.block_size;
+  if (std::filesystem::is_directory(a.model)) so.model_dir = a.model;
+  so.http_threads = a.http_threads ? a.http_threads : std::min(1024, a.engine.max_running + a.engine.max_queue + 8);
+  return so;
+}
+
+// --dp M: M in-process replicas (each its own engine, KV and prefix cache, and
+// its own --tp/--ep ranks), each behind an HttpServer on a loopback port, with
+// the cache-aware router (server/dp_proxy.h) on the public port: the same
+// router that fronts `mxserve serve` processes on other hosts.
+int serve_data_parallel(ServeArgs& a, sigset_t& sigs, const Tokenizer* tok, const server::ServerOptions& base) {
+  MX_CHECK(!launched_by_mpi(), "--dp under mpirun is not supported: run one `mxserve serve` per replica "
+                               "and `mxserve route` in front of them");
+  struct Replica {
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<server::HttpServer> http;
+    std::thread thread;
+  };
+  std::vector<Replica> reps(a.dp);
+  server::RouterServerOptions ro;
+  ro.host = base.host;
+  ro.port = base.port;
+  ro.route.block_size = a.engine.block_size;
+  ro.route.cache_aware = !a.dp_round_robin;
+  ro.http_threads = base.http_threads;
+  LoadOptions lo;
+  lo.mtp_head = a.mtp_head;
+  for (auto& r : reps) {
+    auto model = load_parallel_model(a.model, a.par, lo);
+    r.engine = std::make_unique<Engine>(std::move(model), a.engine);
+    server::ServerOptions so = base;
+    so.host = "127.0.0.1";
+    so.port = 0;
+    r.http = std::make_unique<server::HttpServer>(*r.engine, tok, so);
+    ro.replicas.push_back("http://127.0.0.1:" + std::to_string(r.http->bind()));
+    r.engine->start();
+    r.thread = std::thread([h = r.http.get()] { h->run(); });
+  }
+  server::RouterServer router(ro);
+  const int port = router.bind();
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    router.shutdown();
+  });
+  std::fprintf(stderr, "mxserve: serving '%s' on http://%s:%d: %d data-parallel replicas, %s router\n",
+               base.served_model_name.c_str(), base.host.c_str(), port, a.dp,
+               a.dp_round_robin ? "round-robin" : "cache-aware");
+  std::fflush(stderr);
+  router.run();
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  for (auto& r : reps) {
+    r.http->shutdown(std::chrono::seconds(a.shutdown_timeout));
+    r.thread.join();
+    r.engine->stop();
+  }
+  std::fprintf(stderr, "mxserve: stopped\n");
+  return 0;
 }
 }  // namespace
 
@@ -80,6 +151,10 @@ Command add_serve(CLI::App& app) {
                 "Seconds SIGINT/SIGTERM waits for in-flight requests before cancelling them")
       ->check(CLI::Range(0, 3600))
       ->capture_default_str();
+  add_parallel_options(s, a->par);
+  s->add_option("--dp", a->dp, "Data-parallel replicas in this process, behind the cache-aware router")
+      ->check(CLI::Range(1, 64));
+  s->add_flag("--dp-round-robin", a->dp_round_robin, "With --dp: route round-robin instead (the baseline)");
   return {s, [a] {
             // Signals go to one waiting thread; every thread started from here on inherits the mask.
             sigset_t sigs;
@@ -98,9 +173,14 @@ Command add_serve(CLI::App& app) {
             std::unique_ptr<Tokenizer> tok;
             if (!tok_path.empty()) tok = load_tokenizer_hf(tok_path);
 
+            if (a->dp > 1) {
+              return serve_data_parallel(*a, sigs, tok.get(), server_options(*a));
+            }
+            // Under mpirun, ranks > 0 follow rank 0's forwards inside here and return null.
             LoadOptions lo;
             lo.mtp_head = a->mtp_head;
-            auto model = load_model(a->model, lo);
+            auto model = load_parallel_model(a->model, a->par, lo);
+            if (!model) return 0;
             const ModelConfig& c = model->config();
             if (tok)
               MX_CHECK(tok->vocab_size <= size_t(c.vocab_size),
@@ -108,16 +188,7 @@ Command add_serve(CLI::App& app) {
                        c.vocab_size);
             Engine engine(std::move(model), a->engine);
 
-            server::ServerOptions so;
-            so.host = a->host;
-            so.port = a->port;
-            so.served_model_name = a->served_name.empty() ? default_name(a->model) : a->served_name;
-            so.max_body_bytes = size_t(a->max_body_mb) << 20;
-            so.kv_block_size = a->engine.block_size;
-            if (std::filesystem::is_directory(a->model)) so.model_dir = a->model;
-            so.http_threads = a->http_threads
-                                  ? a->http_threads
-                                  : std::min(1024, a->engine.max_running + a->engine.max_queue + 8);
+            const server::ServerOptions so = server_options(*a);
             server::HttpServer http(engine, tok.get(), so);
             const int port = http.bind();
             engine.start();

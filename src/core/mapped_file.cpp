@@ -7,10 +7,26 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "core/error.h"
 
 namespace mx {
+
+namespace {
+std::mutex live_mu;
+std::set<const MappedFile*>& live() {
+  static std::set<const MappedFile*> s;
+  return s;
+}
+}  // namespace
+
+void MappedFile::release_all_resident() {
+  std::lock_guard<std::mutex> lk(live_mu);
+  for (const MappedFile* f : live())
+    if (f->data_) ::madvise(const_cast<uint8_t*>(f->data_), f->size_, MADV_DONTNEED);
+}
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -32,9 +48,15 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     data_ = static_cast<const uint8_t*>(p);
   }
   ::close(fd);
+  std::lock_guard<std::mutex> lk(live_mu);
+  live().insert(this);
 }
 
 MappedFile::~MappedFile() {
+  {
+    std::lock_guard<std::mutex> lk(live_mu);
+    live().erase(this);
+  }
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 

@@ -18,6 +18,12 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Drops every live mapping's pages from this process's resident set
+  // (madvise DONTNEED; the maps are read-only, so a later access just faults
+  // the page back in from the page cache). A tensor-parallel rank calls it
+  // after binding, so what stays resident is what its shard reads.
+  static void release_all_resident();
+
  private:
   std::string path_;
   const uint8_t* data_ = nullptr;

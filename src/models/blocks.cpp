@@ -74,6 +74,20 @@ GqaAttention::GqaAttention(WeightBinder& wb, const std::string& prefix, const Mo
     k_norm_ = bind_norm(wb, prefix + ".k_norm.weight", head_dim_);
   }
   rope_ = Rope(c, head_dim_, c.rotary_dim(), RopeStyle::RotateHalf);
+  const ShardPlan& sp = wb.shard();
+  if (sp.tp_on()) {  // this rank's heads and the KV heads they read (the group stays whole)
+    const int nh = sp.part(n_heads_, "attention heads"), nkv = sp.part(n_kv_heads_, "KV heads");
+    const int h0 = sp.begin(n_heads_), g0 = sp.begin(n_kv_heads_), hd = head_dim_;
+    wq_ = slice_rows(wq_, int64_t(h0) * hd, int64_t(nh) * hd);
+    wk_ = slice_rows(wk_, int64_t(g0) * hd, int64_t(nkv) * hd);
+    wv_ = slice_rows(wv_, int64_t(g0) * hd, int64_t(nkv) * hd);
+    wo_ = slice_cols(wo_, int64_t(h0) * hd, int64_t(nh) * hd, wo_own_, wo_scales_);
+    bq_ = slice_vec(bq_, int64_t(h0) * hd, int64_t(nh) * hd);
+    bk_ = slice_vec(bk_, int64_t(g0) * hd, int64_t(nkv) * hd);
+    bv_ = slice_vec(bv_, int64_t(g0) * hd, int64_t(nkv) * hd);
+    n_heads_ = nh;
+    n_kv_heads_ = nkv;
+  }
 }
 
 size_t GqaAttention::scratch_bytes(int T, int max_ctx, int n_workers) const {
@@ -121,10 +135,19 @@ void GqaAttention::forward(ForwardCtx& ctx, int kv_layer, const float* x, float*
   matmul(out, attn, wo_, T, ctx.pool);
 }
 
-SwigluMlp::SwigluMlp(WeightBinder& wb, const std::string& prefix, int d, int h) : dim_(d), hidden_(h) {
+SwigluMlp::SwigluMlp(WeightBinder& wb, const std::string& prefix, int d, int h, int split_rank, int split_size)
+    : dim_(d), hidden_(h) {
   gate_ = wb.linear(prefix + ".gate_proj", prefix + ".gate", h, d);
   up_ = wb.linear(prefix + ".up_proj", prefix + ".up", h, d);
   down_ = wb.linear(prefix + ".down_proj", prefix + ".down", d, h);
+  if (split_size > 1) {
+    MX_CHECK(h % split_size == 0, "{}: cannot split {} hidden units over {} ranks", prefix, h, split_size);
+    hidden_ = h / split_size;
+    const int64_t h0 = int64_t(h) * split_rank / split_size;
+    gate_ = slice_rows(gate_, h0, hidden_);
+    up_ = slice_rows(up_, h0, hidden_);
+    down_ = slice_cols(down_, h0, hidden_, down_own_, down_scales_);
+  }
 }
 
 size_t SwigluMlp::bytes_per_token() const { return gate_.storage_bytes() + up_.storage_bytes() + down_.storage_bytes(); }

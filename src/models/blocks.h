@@ -69,16 +69,21 @@ class GqaAttention final : public Attention {
   size_t bytes_per_token() const override;
 
  private:
-  int dim_, n_heads_, n_kv_heads_, head_dim_;
+  int dim_, n_heads_, n_kv_heads_, head_dim_;  // heads of this rank under tensor parallel
   float norm_eps_, scale_;
   Tensor wq_, wk_, wv_, wo_, bq_, bk_, bv_, q_norm_, k_norm_;
   Rope rope_;
+  OwnedTensor wo_own_;  // tensor parallel: this rank's o_proj columns
+  Buffer wo_scales_;
 };
 
-// down(silu(gate(x)) * up(x))
+// down(silu(gate(x)) * up(x)). With split_size > 1 (tensor parallel) this rank
+// holds hidden units [split_rank * hidden / split_size, ...): gate/up rows and
+// down columns, and its output is a partial sum the caller allreduces.
 class SwigluMlp final : public FeedForward {
  public:
-  SwigluMlp(WeightBinder& wb, const std::string& prefix, int dim, int hidden);
+  SwigluMlp(WeightBinder& wb, const std::string& prefix, int dim, int hidden, int split_rank = 0,
+            int split_size = 1);
   void forward(ForwardCtx& ctx, const float* x, float* out) const override {
     forward_rows(ctx, x, out, ctx.n_tokens);
   }
@@ -95,6 +100,8 @@ class SwigluMlp final : public FeedForward {
  private:
   int dim_, hidden_;
   Tensor gate_, up_, down_;
+  OwnedTensor down_own_;
+  Buffer down_scales_;
 };
 
 // Normalisation weight of length dim.

@@ -6,6 +6,7 @@
 #include "kernels/cpu/ops.h"
 #include "models/mla.h"
 #include "models/moe.h"
+#include "parallel/comm.h"
 
 namespace mx {
 
@@ -34,37 +35,58 @@ void bind_mtp_head(WeightBinder& wb, const std::string& p, const ModelConfig& c,
 void bind_decoder_layer(WeightBinder& wb, const ModelConfig& c, int index, DecoderLayer& L) {
   const std::string p = fmt::format("model.layers.{}", index);
   bind_layer_norms(wb, p, c, L);
+  const ShardPlan& sp = wb.shard();
   if (c.mla)
     L.attn = std::make_unique<MlaAttention>(wb, p + ".self_attn", c);
   else
     L.attn = std::make_unique<GqaAttention>(wb, p + ".self_attn", c);
-  if (c.is_moe_layer(index))
+  L.attn_partial = sp.tp_on();
+  if (c.is_moe_layer(index)) {
     L.ffn = std::make_unique<MoeBlock>(wb, p + ".mlp", c);
-  else
-    L.ffn = std::make_unique<SwigluMlp>(wb, p + ".mlp", c.hidden_size, c.intermediate_size);
+    L.ffn_partial = sp.tp_on() && !sp.ep_on();  // EP combines whole expert outputs itself
+  } else {
+    const bool split = sp.tp_on();
+    L.ffn = std::make_unique<SwigluMlp>(wb, p + ".mlp", c.hidden_size, c.intermediate_size,
+                                        split ? sp.rank : 0, split ? sp.size : 1);
+    L.ffn_partial = split;
+  }
 }
 
 std::unique_ptr<Model> build_decoder(const ModelConfig& c, std::shared_ptr<TensorStore> store,
                                      const LoadOptions& opts) {
-  auto m = std::make_unique<DecoderModel>(c, store);
+  auto m = std::make_unique<DecoderModel>(c, store, opts.shard);
   WeightBinder wb(*store, c.quant);
+  wb.set_shard(opts.shard.get());
   bind_embed_and_head(wb, c, *m);
+  const bool vp = m->vocab_parallel();
+  const int vl = vp ? c.vocab_size / opts.shard->size : c.vocab_size;
+  if (vp) m->lm_head = slice_rows(m->lm_head, int64_t(vl) * opts.shard->rank, vl);
   m->layers.resize(c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) bind_decoder_layer(wb, c, l, m->layers[l]);
   m->mtp.resize(c.num_nextn_predict_layers);
   for (int i = 0; i < c.num_nextn_predict_layers; ++i) {
     const int index = c.num_hidden_layers + i;
     bind_mtp_head(wb, fmt::format("model.layers.{}", index), c, *m, m->mtp[i]);
+    Tensor& head = m->mtp[i].head;
+    if (vp && !head.empty() && head.shape[0] == c.vocab_size)  // its own head, not the shared one
+      head = slice_rows(head, int64_t(vl) * opts.shard->rank, vl);
     bind_decoder_layer(wb, c, index, m->mtp[i].block);
   }
   m->finish(wb, opts);
   return m;
 }
 
+bool DecoderModel::vocab_parallel() const {
+  return plan_ && plan_->tp_on() && cfg_.vocab_size % plan_->size == 0;
+}
+
+ThreadPool& DecoderModel::pool() const { return plan_ && plan_->pool ? *plan_->pool : global_pool(); }
+
 KVLayout DecoderModel::kv_layout() const {
   const int n = cfg_.num_hidden_layers + int(mtp.size());
   if (cfg_.mla) return {n, cfg_.mla_cfg.kv_lora_rank + cfg_.mla_cfg.qk_rope_head_dim, 0};
-  return {n, cfg_.kv_dim(), cfg_.kv_dim()};
+  const int kv = cfg_.kv_dim() / (plan_ && plan_->tp_on() ? plan_->size : 1);  // this rank's KV heads
+  return {n, kv, kv};
 }
 
 void DecoderModel::finish(WeightBinder& wb, const LoadOptions& opts) {
@@ -87,7 +109,7 @@ size_t DecoderModel::bytes_per_token() const {
 }
 
 void DecoderModel::reserve(int T, int max_ctx) {
-  const int nw = global_pool().size();
+  const int nw = pool().size();
   size_t layer = 0;
   auto account = [&](const DecoderLayer& L) {
     layer = std::max({layer, L.attn->scratch_bytes(T, max_ctx, nw), L.ffn->scratch_bytes(T)});
@@ -95,7 +117,8 @@ void DecoderModel::reserve(int T, int max_ctx) {
   for (const auto& L : layers) account(L);
   for (const auto& m : mtp) account(m.block);
   // pos + seq, then x, xn, tmp, logit rows and the MTP's embed/hidden/concat.
-  const size_t base = 2 * size_t(T) * 4 + 9 * size_t(T) * cfg_.hidden_size * 4 + 16 * 64;
+  size_t base = 2 * size_t(T) * 4 + 9 * size_t(T) * cfg_.hidden_size * 4 + 16 * 64;
+  if (vocab_parallel()) base += 2 * size_t(T) * cfg_.vocab_size * 4 + 64;  // local + gathered logits
   arena_.reserve(base + layer);
 }
 
@@ -140,7 +163,7 @@ ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
       pos[t] = batch.seqs[s].start_pos + i;
       seq[t] = s;
     }
-  return ForwardCtx{batch, kv, arena_, global_pool(), T, pos, seq, max_ctx};
+  return ForwardCtx{batch, kv, arena_, pool(), T, pos, seq, max_ctx};
 }
 
 void DecoderModel::embed_rows(const Tensor& table, const Batch& batch, float* x) const {
@@ -162,26 +185,39 @@ void DecoderModel::run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_laye
   const size_t mark = arena_.mark();
   rmsnorm(xn, x, L.attn_norm, T, D, cfg_.rms_norm_eps);
   L.attn->forward(ctx, kv_layer, xn, tmp);
+  if (L.attn_partial) plan_->comm->allreduce_sum(tmp, size_t(T) * D);
   add_inplace(x, tmp, int64_t(T) * D);
   arena_.rewind(mark);
   rmsnorm(xn, x, L.mlp_norm, T, D, cfg_.rms_norm_eps);
   L.ffn->forward(ctx, xn, tmp);
+  if (L.ffn_partial) plan_->comm->allreduce_sum(tmp, size_t(T) * D);
   add_inplace(x, tmp, int64_t(T) * D);
   arena_.rewind(mark);
 }
 
-namespace {
-// logits[r] = head(norm(x[rows[r]])).
-void project_rows(ForwardCtx& ctx, const float* x, const std::vector<int32_t>& rows, const Tensor& norm,
-                  const Tensor& head, int D, float eps, float* logits) {
-  const int R = int(rows.size());
+void DecoderModel::project_rows(ForwardCtx& ctx, const float* x, const std::vector<int32_t>& rows,
+                                const Tensor& norm, const Tensor& head, float* logits) {
+  const int R = int(rows.size()), D = cfg_.hidden_size;
   if (R == 0) return;
   float* xr = ctx.arena.alloc(size_t(R) * D);
   for (int r = 0; r < R; ++r) std::memcpy(xr + size_t(r) * D, x + size_t(rows[r]) * D, D * sizeof(float));
-  if (!norm.empty()) rmsnorm(xr, xr, norm, R, D, eps);
-  matmul(logits, xr, head, R, ctx.pool);
+  if (!norm.empty()) rmsnorm(xr, xr, norm, R, D, cfg_.rms_norm_eps);
+  const int64_t V = cfg_.vocab_size, Vl = head.shape[0];
+  if (Vl == V) {
+    matmul(logits, xr, head, R, ctx.pool);
+    return;
+  }
+  // Vocab-parallel: each rank computes its vocab rows (every logit is one whole
+  // dot product, so nothing is reduced), then all ranks gather [P][R][Vl].
+  const int P = plan_->size;
+  float* local = ctx.arena.alloc(size_t(R) * Vl);
+  float* all = ctx.arena.alloc(size_t(P) * R * Vl);
+  matmul(local, xr, head, R, ctx.pool);
+  plan_->comm->allgather(local, size_t(R) * Vl * 4, all);
+  for (int p = 0; p < P; ++p)
+    for (int r = 0; r < R; ++r)
+      std::memcpy(logits + size_t(r) * V + size_t(p) * Vl, all + (size_t(p) * R + r) * Vl, Vl * 4);
 }
-}  // namespace
 
 void DecoderModel::forward(const Batch& batch, KVPool& kv, float* logits, float* hidden) {
   ForwardCtx ctx = begin(batch, kv);
@@ -193,9 +229,9 @@ void DecoderModel::forward(const Batch& batch, KVPool& kv, float* logits, float*
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) run_layer(ctx, layers[l], l, x, xn, tmp);
   if (hidden) {
     rmsnorm(hidden, x, final_norm, T, D, cfg_.rms_norm_eps);
-    project_rows(ctx, hidden, batch.logit_rows, Tensor(), lm_head, D, cfg_.rms_norm_eps, logits);
+    project_rows(ctx, hidden, batch.logit_rows, Tensor(), lm_head, logits);
   } else {
-    project_rows(ctx, x, batch.logit_rows, final_norm, lm_head, D, cfg_.rms_norm_eps, logits);
+    project_rows(ctx, x, batch.logit_rows, final_norm, lm_head, logits);
   }
   for (const auto& s : batch.seqs) s.kv->n_tokens = std::max(s.kv->n_tokens, s.start_pos + s.n_tokens);
 }
@@ -228,9 +264,9 @@ void DecoderModel::forward_mtp(int i, const Batch& batch, KVPool& kv, const floa
     // first step consumes the target's after model.norm (sglang deepseek_nextn.py
     // returns the normed state to its EAGLE worker).
     rmsnorm(hidden_out, x, m.head_norm, T, D, eps);
-    project_rows(ctx, hidden_out, batch.logit_rows, Tensor(), m.head, D, eps, logits);
+    project_rows(ctx, hidden_out, batch.logit_rows, Tensor(), m.head, logits);
   } else {
-    project_rows(ctx, x, batch.logit_rows, m.head_norm, m.head, D, eps, logits);
+    project_rows(ctx, x, batch.logit_rows, m.head_norm, m.head, logits);
   }
 }
 

@@ -15,6 +15,9 @@ struct DecoderLayer {
   Tensor attn_norm, mlp_norm;
   std::unique_ptr<Attention> attn;
   std::unique_ptr<FeedForward> ffn;
+  // Tensor parallel: the block's output is this rank's partial sum; the
+  // decoder allreduces it (one allreduce per block).
+  bool attn_partial = false, ffn_partial = false;
 };
 
 // One MTP layer: x = eh_proj([enorm(embed(tok)), hnorm(prev_hidden)]), a full
@@ -26,8 +29,9 @@ struct MtpLayer {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(const ModelConfig& c, std::shared_ptr<TensorStore> store)
-      : cfg_(c), store_(std::move(store)) {}
+  DecoderModel(const ModelConfig& c, std::shared_ptr<TensorStore> store,
+               std::shared_ptr<const ShardPlan> plan = nullptr)
+      : cfg_(c), store_(std::move(store)), plan_(std::move(plan)) {}
 
   // Filled by the family builder, then finish() is called once.
   Tensor embed, final_norm, lm_head;
@@ -47,6 +51,9 @@ class DecoderModel final : public Model {
   size_t weight_bytes() const override { return weight_bytes_; }
 
   const TensorStore& store() const { return *store_; }
+  const ShardPlan* shard() const { return plan_.get(); }
+  // Tensor parallel: the LM head holds this rank's vocab rows (vocab-parallel logits).
+  bool vocab_parallel() const;
 
  private:
   int check_batch(const Batch& batch, KVPool& kv, bool mtp) const;  // returns max context
@@ -55,9 +62,14 @@ class DecoderModel final : public Model {
                  float* tmp);
   void embed_rows(const Tensor& table, const Batch& batch, float* x) const;
   void reserve(int T, int max_ctx);
+  ThreadPool& pool() const;
+  // logits[r] = head(norm(x[rows[r]])), gathering vocab slices under tensor parallel.
+  void project_rows(ForwardCtx& ctx, const float* x, const std::vector<int32_t>& rows, const Tensor& norm,
+                    const Tensor& head, float* logits);
 
   ModelConfig cfg_;
   std::shared_ptr<TensorStore> store_;
+  std::shared_ptr<const ShardPlan> plan_;
   std::vector<BoundParam> bound_;
   int64_t n_params_ = 0;
   size_t weight_bytes_ = 0;

@@ -32,6 +32,15 @@ MlaAttention::MlaAttention(WeightBinder& wb, const std::string& p, const ModelCo
   kv_b_ = wb.linear(p + ".kv_b_proj", p + ".kv_b", n_heads_ * (P_ + Vd_), Lkv_);
   o_proj_ = wb.linear(p + ".o_proj", p + ".o_proj", H, n_heads_ * Vd_);
   rope_ = Rope(c, R_, R_, RopeStyle::Interleaved);
+  const ShardPlan& sp = wb.shard();
+  if (sp.tp_on()) {  // this rank's heads; the shared latent projection stays whole
+    const int nh = sp.part(n_heads_, "attention heads"), h0 = sp.begin(n_heads_);
+    q_b_ = slice_rows(q_b_, int64_t(h0) * (P_ + R_), int64_t(nh) * (P_ + R_));
+    q_proj_ = slice_rows(q_proj_, int64_t(h0) * (P_ + R_), int64_t(nh) * (P_ + R_));
+    kv_b_ = slice_rows(kv_b_, int64_t(h0) * (P_ + Vd_), int64_t(nh) * (P_ + Vd_));
+    o_proj_ = slice_cols(o_proj_, int64_t(h0) * Vd_, int64_t(nh) * Vd_, o_own_, o_scales_);
+    n_heads_ = nh;
+  }
   if (kv_b_.empty()) return;  // binding failed; the binder reports it
   if (kv_b_.dtype == DType::MXFP4 || kv_b_.dtype == DType::F8_E4M3) {
     // The absorbed form splits kv_b_proj per head: work on plain values, as

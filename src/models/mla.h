@@ -9,6 +9,9 @@
 //   score    = (q_lat . c + rope(q_pe) . rope(k_pe)) * softmax_scale
 //   o[h]     = W_UV[h] (sum_j p_j c_j);  out = o_proj(o)
 // which is exactly the naive form with K/V expanded through kv_b_proj.
+// Tensor parallel: a rank holds its heads' rows of q_b/q_proj and kv_b_proj and
+// their o_proj columns; the latent cache is per token, not per head, so every
+// rank keeps all of it (as vLLM's MLA does) and only the heads are divided.
 #include "models/blocks.h"
 
 namespace mx {
@@ -28,6 +31,8 @@ class MlaAttention final : public Attention {
   std::vector<OwnedTensor> w_uk_t_;  // per head [Lkv, P]: W_UK transposed, for q absorption
   std::vector<Tensor> w_uv_;         // per head [Vd, Lkv]: views into kv_b_proj
   Rope rope_;
+  OwnedTensor o_own_;  // tensor parallel: this rank's o_proj columns
+  Buffer o_scales_;
 };
 
 }  // namespace mx

@@ -70,6 +70,8 @@ struct LoadOptions {
   // model.layers.{num_hidden_layers + i}.*) added to a model without one;
   // tools/train_mtp_head.py writes them.
   std::string mtp_head;
+  // Tensor / expert parallel: this rank's cut (parallel/shard.h); null = whole model.
+  std::shared_ptr<const ShardPlan> shard;
 };
 
 // A checkpoint read but not yet bound to a model: its config and tensors.

@@ -12,6 +12,13 @@
 // Execution: tokens are grouped by expert, each active expert runs one GEMM
 // over its tokens; each token's expert outputs are combined in ascending expert
 // order, so the result does not depend on what else is in the batch.
+// Parallel (parallel/shard.h): under tensor parallel every expert's hidden dim
+// is split (the output is a partial sum the decoder allreduces); under expert
+// parallel each rank holds E / P whole experts, and the tokens (each rank owns
+// a contiguous T / P of them) are dispatched to their experts' ranks with an
+// all-to-all, computed there, sent back with a second all-to-all, combined by
+// their owner in the same ascending expert order, and allgathered: the result
+// is bitwise the one-rank result.
 #include <memory>
 #include <vector>
 
@@ -33,11 +40,23 @@ class MoeBlock final : public FeedForward {
   void route(const float* logits, int32_t* idx, float* w) const;
 
  private:
+  // Expert outputs for n_pairs (input row, expert) pairs: pair p reads row
+  // in_row[p] of xin through expert pe[p] into slots + p * H; the shared expert
+  // (when present) maps xs [ts rows] to outs in the same parallel schedule.
+  void run_pairs(ForwardCtx& ctx, int n_pairs, const int32_t* pe, const float* xin, const int32_t* in_row,
+                 float* slots, const float* xs, float* outs, int ts) const;
+  void forward_ep(ForwardCtx& ctx, const float* x, const int32_t* idx, const float* w, float* out) const;
+  // out[t] (+)= sum_i w[t, i] * slots[t, i] for t < T, in ascending expert order.
+  void combine(ForwardCtx& ctx, int T, const float* w, const float* slots, bool have_base, float* out) const;
+
   MoeConfig m_;
   int dim_;
   Tensor router_, bias_;
-  std::vector<std::unique_ptr<SwigluMlp>> experts_;
+  std::vector<std::unique_ptr<SwigluMlp>> experts_;  // null for other ranks' experts (EP)
   std::unique_ptr<SwigluMlp> shared_;
+  ShardPlan plan_;
+  int expert_hidden_ = 0;
+  size_t expert_bytes_ = 0;
 };
 
 }  // namespace mx

@@ -13,6 +13,7 @@
 
 #include "core/tensor.h"
 #include "io/tensor_store.h"
+#include "parallel/shard.h"
 #include "quant/quant_config.h"
 
 namespace mx {
@@ -52,6 +53,11 @@ class WeightBinder {
   // a regex matched against the whole name.
   void ignore(const std::string& regex, const std::string& why);
 
+  // This rank's cut of the model (parallel/shard.h): blocks read it to bind
+  // only their slice. Unsharded unless set.
+  const ShardPlan& shard() const { return shard_ ? *shard_ : no_shard_; }
+  void set_shard(const ShardPlan* plan) { shard_ = plan; }
+
   // Throws mx::Error listing every problem; otherwise returns the mapping.
   const std::vector<BoundParam>& finish();
 
@@ -65,6 +71,8 @@ class WeightBinder {
   const QuantConfig& quant_;
   std::vector<std::string> missing_, wrong_shape_, wrong_dtype_, quant_mismatch_;
   std::vector<BoundParam> bound_;
+  const ShardPlan* shard_ = nullptr;
+  ShardPlan no_shard_;
 };
 
 }  // namespace mx

@@ -1,0 +1,17 @@
+#pragma once
+// --tp / --ep / --comm, shared by generate, logits and serve (parallel/parallel_model.h).
+#include <CLI/CLI.hpp>
+
+#include "parallel/parallel_model.h"
+
+namespace mx::cli {
+
+inline void add_parallel_options(CLI::App* s, ParallelOptions& po) {
+  s->add_option("--tp", po.tp, "Tensor-parallel ranks (under mpirun: one per process; else threads)")
+      ->check(CLI::Range(1, 256));
+  s->add_option("--ep", po.ep, "Expert-parallel ranks for the MoE layers (1 or the same as --tp when both are set)")
+      ->check(CLI::Range(1, 256));
+  s->add_option("--comm", po.backend, "Communicator: auto (mpi under mpirun, else in-process threads), local, mpi");
+}
+
+}  // namespace mx::cli

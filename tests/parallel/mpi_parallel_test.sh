@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# TP=2, EP=2 and TP=2+EP=2 under `mpirun -np 2` (two processes) give the same
+# greedy tokens as one process, for the tiny glm4_moe, qwen3_moe and deepseek_v3 (MLA).
+# Usage: mpi_parallel_test.sh path/to/mxserve. Exit 77 (ctest: skipped) when
+# mpirun or the MPI build is missing.
+set -euo pipefail
+MX=$1
+command -v mpirun >/dev/null || { echo "mpirun not found: skipped"; exit 77; }
+# CI containers run as root; two ranks on a 2-core machine need oversubscribe.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export MXSERVE_THREADS=1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+PROMPT="1 17 42 99 5 250 3 8 77 123 64 2 9 31 200 11 12"
+fail=0
+for arch in glm4_moe qwen3_moe deepseek_v3; do
+  "$MX" make-test-model --arch "$arch" --preset tiny --out "$TMP/$arch" >/dev/null
+  ref=$("$MX" generate --model "$TMP/$arch" --prompt-ids "$PROMPT" --max-tokens 24 --temperature 0 --ignore-eos --print-ids)
+  for par in "--tp 2" "--ep 2" "--tp 2 --ep 2"; do
+    out=$(timeout 300 mpirun -np 2 --oversubscribe "$MX" generate --model "$TMP/$arch" --prompt-ids "$PROMPT" \
+          --max-tokens 24 --temperature 0 --ignore-eos --comm-stats $par 2>"$TMP/err") || {
+      if grep -q "built without MPI" "$TMP/err"; then echo "mxserve built without MPI: skipped"; exit 77; fi
+      echo "FAIL $arch $par: mpirun failed"; cat "$TMP/err"; fail=1; continue; }
+    out=$(echo "$out" | head -1)
+    if [ "$out" == "$ref" ]; then
+      echo "ok   $arch $par: $(grep '^comm' "$TMP/err")"
+    else
+      echo "FAIL $arch $par"; echo " one rank: $ref"; echo " mpirun:   $out"; fail=1
+    fi
+  done
+done
+exit $fail

@@ -1,0 +1,74 @@
+// The data-parallel HTTP router in front of two real servers: shared-prefix
+// requests land on one replica (whose prefix cache then hits), streams relay,
+// bad bodies are 400s.
+#include <gtest/gtest.h>
+
+#include "server/dp_proxy.h"
+#include "server_test_util.h"
+
+using namespace mxtest;
+
+namespace {
+struct Router {
+  explicit Router(std::vector<int> ports, bool cache_aware = true) {
+    mx::server::RouterServerOptions o;
+    o.port = 0;
+    for (int p : ports) o.replicas.push_back("http://127.0.0.1:" + std::to_string(p));
+    o.route.block_size = 16;
+    o.route.cache_aware = cache_aware;
+    r = std::make_unique<mx::server::RouterServer>(o);
+    port = r->bind();
+    t = std::thread([this] { r->run(); });
+  }
+  ~Router() {
+    r->shutdown();
+    t.join();
+  }
+  std::unique_ptr<mx::server::RouterServer> r;
+  std::thread t;
+  int port = 0;
+};
+
+json completion(const std::vector<int>& prompt, bool stream = false) {
+  return {{"model", "test-model"}, {"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}, {"stream", stream}};
+}
+}  // namespace
+
+TEST(DpProxy, SharedPrefixesStayOnOneReplicaAndHitItsCache) {
+  TempDir d;
+  mx::SyntheticSpec s;
+  s.arch = "qwen3";
+  mx::write_synthetic_model(d.path().string(), s);
+  TestServer::Options so;
+  TestServer a(d.path().string(), so), b(d.path().string(), so);
+  Router router({a.port(), b.port()});
+  std::vector<int> prefix;
+  for (int i = 0; i < 48; ++i) prefix.push_back(1 + i * 7 % 300);
+  for (int g = 0; g < 2; ++g)
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int> p = prefix;
+      p[0] = 1 + g;  // two groups
+      for (int j = 0; j < 32; ++j) p.push_back(1 + (i * 31 + j * 3 + g) % 300);
+      auto r = http_request(router.port, "POST", "/v1/completions", completion(p, i == 2).dump());
+      ASSERT_EQ(r.status, 200) << r.body;
+    }
+  auto routed = router.r->routed();
+  // The groups' first requests are spread; each group then stays put.
+  EXPECT_EQ(routed[0], 3u);
+  EXPECT_EQ(routed[1], 3u);
+  const auto ma = a.engine().metrics(), mb = b.engine().metrics();
+  EXPECT_EQ(ma.cached_prompt_tokens + mb.cached_prompt_tokens, 2u * 2 * 48) << "2 later requests x 2 groups hit 48";
+  auto bad = http_request(router.port, "POST", "/v1/completions", "{nope");
+  EXPECT_EQ(bad.status, 400);
+  auto stats = http_request(router.port, "GET", "/router/stats");
+  EXPECT_EQ(stats.status, 200);
+  EXPECT_EQ(http_request(router.port, "GET", "/health").status, 200);
+}
+
+TEST(DpProxy, RoutingUnitsOfPromptsAndChats) {
+  EXPECT_EQ(mx::server::routing_units(R"({"prompt": [5, 6, 7]})"), (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(mx::server::routing_units(R"({"prompt": "ab"})"), (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(mx::server::routing_units(R"({"messages": [{"role": "user", "content": "x"}]})").size(), 7u);
+  EXPECT_THROW(mx::server::routing_units(R"({"max_tokens": 3})"), mx::Error);
+  EXPECT_THROW(mx::server::routing_units("[1"), mx::Error);
+}
