@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "io/gguf.h"
+#include "io/gguf_model.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -92,6 +94,8 @@ Command add_serve(CLI::App& app) {
               tok_path = (std::filesystem::path(a->model) / "tokenizer.json").string();
             std::unique_ptr<Tokenizer> tok;
             if (!tok_path.empty()) tok = load_tokenizer_hf(tok_path);
+            else if (is_gguf_file(a->model) && GgufFile(a->model).has("tokenizer.ggml.model"))
+              tok = load_tokenizer_gguf(GgufFile(a->model));  // a GGUF carries its own tokenizer
 
             auto model = load_model(a->model);
             const ModelConfig& c = model->config();

@@ -15,6 +15,7 @@
 #include "io/gguf.h"
 #include "io/gguf_model.h"
 #include "io/gguf_writer.h"
+#include "io/tokenizer.h"
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "quant/mxfp4.h"
@@ -284,4 +285,19 @@ TEST(GgufConvert, CorruptOrUnsupportedFilesAreClearErrors) {
   EXPECT_NE(one_tensor("mamba", "output_norm.weight").find("architecture 'mamba' is not supported"), std::string::npos);
   EXPECT_NE(one_tensor("qwen3", "blk.0.ssm_a").find("blk.0.ssm_a has no mxserve equivalent"), std::string::npos);
   EXPECT_NE(one_tensor("qwen3", "output_norm.weight").find("missing tensors"), std::string::npos);
+}
+
+TEST(GgufConvert, TokenizerWrittenFromTokenizerJsonEncodesTheSame) {
+  mxtest::TempDir d;
+  for (const char* arch : {"llama", "qwen3", "glm4_moe"}) {
+    const std::string src = make_model(d, arch, DType::BF16);
+    const std::string gguf = convert(src, d / (std::string(arch) + ".gguf"), GgufOutType::BF16);
+    auto hf = load_tokenizer_hf(src + "/tokenizer.json");
+    auto gg = load_tokenizer_gguf(GgufFile(gguf));
+    for (const char* text : {"Hello world, this is a test.", "  numbers 12345 and\nnew lines\t tabs", "ünïcödé 日本語"}) {
+      EXPECT_EQ(hf->encode(text, false), gg->encode(text, false)) << arch << ": " << text;
+      const auto ids = hf->encode(text, false);
+      EXPECT_EQ(gg->decode(ids), text) << arch;
+    }
+  }
 }
