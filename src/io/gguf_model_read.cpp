@@ -101,12 +101,24 @@ json config_json(const GgufFile& g, Arch arch, const std::string& A) {
       j["mlp_only_layers"] = dense;
       break;
     }
-    case Arch::Glm4Moe: {
-      if (gating != 0 && gating != 2) fail("{}: glm4moe with expert_gating_func {} (expected sigmoid)", g.path(), gating);
-      j["attention_bias"] = bias;
-      j["use_qk_norm"] = g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
-      const uint32_t rot = u_or("rope.dimension_count", head_dim / 2);
-      j["partial_rotary_factor"] = float(rot) / float(head_dim);
+    case Arch::Glm4Moe:
+    case Arch::DeepseekV3: {
+      if (gating != 0 && gating != 2) fail("{}: {} with expert_gating_func {} (expected sigmoid)", g.path(), A, gating);
+      if (arch == Arch::Glm4Moe) {
+        j["attention_bias"] = bias;
+        j["use_qk_norm"] = g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+        const uint32_t rot = u_or("rope.dimension_count", head_dim / 2);
+        j["partial_rotary_factor"] = float(rot) / float(head_dim);
+      } else {
+        // MLA in llama.cpp's legacy (unsplit attn_kv_b) form: key_length = nope + rope.
+        const uint32_t rope = u("rope.dimension_count");
+        if (rope >= head_dim) fail("{}: {}rope.dimension_count {} >= key_length {}", g.path(), A, rope, head_dim);
+        j["q_lora_rank"] = u_or("attention.q_lora_rank", 0);
+        j["kv_lora_rank"] = u("attention.kv_lora_rank");
+        j["qk_rope_head_dim"] = rope;
+        j["qk_nope_head_dim"] = head_dim - rope;
+        j["v_head_dim"] = u("attention.value_length");
+      }
       j["n_routed_experts"] = u("expert_count");
       j["n_shared_experts"] = u_or("expert_shared_count", 0);
       moe_common();
@@ -117,9 +129,6 @@ json config_json(const GgufFile& g, Arch arch, const std::string& A) {
       j["num_nextn_predict_layers"] = nextn;
       break;
     }
-    case Arch::DeepseekV3:
-      fail("{}: deepseek2 GGUF files are not supported yet (MLA tensor layout differs: attn_k_b/attn_v_b)",
-           g.path());
   }
   return j;
 }

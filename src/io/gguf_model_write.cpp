@@ -1,5 +1,6 @@
 // HF checkpoint -> GGUF for llama.cpp (mxserve convert; docs/gguf.md).
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +146,10 @@ json rope_scaling_json(const RopeScaling& s) {
   return r;
 }
 
+// MTP layers written: llama.cpp's deepseek2 has no nextn tensors (its converter
+// drops them, DeepseekV2Model.skip_mtp) and refuses extra ones, so neither do we.
+int mtp_layers(const ModelConfig& c) { return c.arch == Arch::DeepseekV3 ? 0 : c.num_nextn_predict_layers; }
+
 void write_metadata(GgufWriter& w, const ModelConfig& c, const std::string& name, GgufOutType type) {
   const std::string A = std::string(gguf_names::arch_to_gguf(c.arch)) + ".";
   w.add_string("general.architecture", gguf_names::arch_to_gguf(c.arch));
@@ -154,12 +159,22 @@ void write_metadata(GgufWriter& w, const ModelConfig& c, const std::string& name
                                  : type == GgufOutType::BF16 ? 32 : 38);
   w.add_u32(A + "context_length", c.max_position_embeddings);
   w.add_u32(A + "embedding_length", c.hidden_size);
-  w.add_u32(A + "block_count", c.num_hidden_layers + c.num_nextn_predict_layers);
+  w.add_u32(A + "block_count", c.num_hidden_layers + mtp_layers(c));
   w.add_u32(A + "feed_forward_length", c.intermediate_size);
   w.add_u32(A + "attention.head_count", c.num_attention_heads);
   w.add_u32(A + "attention.head_count_kv", c.num_key_value_heads);
-  w.add_u32(A + "attention.key_length", c.head_dim);
-  w.add_u32(A + "attention.value_length", c.head_dim);
+  if (c.mla) {
+    // llama.cpp's legacy MLA form (unsplit attn_kv_b; no key_length_mla), which
+    // its deepseek2 still loads: keys are nope + rope wide, values v_head_dim.
+    const MlaConfig& a = c.mla_cfg;
+    w.add_u32(A + "attention.key_length", a.qk_nope_head_dim + a.qk_rope_head_dim);
+    w.add_u32(A + "attention.value_length", a.v_head_dim);
+    if (a.q_lora_rank) w.add_u32(A + "attention.q_lora_rank", a.q_lora_rank);
+    w.add_u32(A + "attention.kv_lora_rank", a.kv_lora_rank);
+  } else {
+    w.add_u32(A + "attention.key_length", c.head_dim);
+    w.add_u32(A + "attention.value_length", c.head_dim);
+  }
   w.add_f32(A + "attention.layer_norm_rms_epsilon", c.rms_norm_eps);
   w.add_f32(A + "rope.freq_base", c.rope_theta);
   w.add_u32(A + "rope.dimension_count", c.rotary_dim());
@@ -172,6 +187,7 @@ void write_metadata(GgufWriter& w, const ModelConfig& c, const std::string& name
       w.add_f32(A + "rope.scaling.factor", rs.factor);
     }
     if (rs.type == "yarn") w.add_u32(A + "rope.scaling.original_context_length", rs.original_max_position_embeddings);
+    if (rs.type == "yarn" && c.mla) w.add_f32(A + "rope.scaling.yarn_log_multiplier", 0.1f * rs.mscale_all_dim);
   }
   const MoeConfig& m = c.moe;
   if (m.n_routed_experts > 0) {
@@ -186,7 +202,7 @@ void write_metadata(GgufWriter& w, const ModelConfig& c, const std::string& name
       w.add_f32(A + "expert_weights_scale", m.routed_scaling_factor);
       w.add_u32(A + "expert_group_count", m.n_group);
       w.add_u32(A + "expert_group_used_count", m.topk_group);
-      w.add_u32(A + "nextn_predict_layers", c.num_nextn_predict_layers);
+      w.add_u32(A + "nextn_predict_layers", mtp_layers(c));
     }
   }
   if (c.bos_token_id >= 0) w.add_u32("tokenizer.ggml.bos_token_id", c.bos_token_id);
@@ -235,8 +251,6 @@ void write_tokenizer(GgufWriter& w, const ModelConfig& c, const std::string& hf_
 
 ConvertReport write_gguf_checkpoint(const ModelConfig& c, const TensorStore& s, const std::string& hf_dir,
                                     const std::string& out, GgufOutType type) {
-  if (c.arch == Arch::DeepseekV3)
-    fail("convert: deepseek_v3 is not supported yet (llama.cpp's deepseek2 splits kv_b_proj into attn_k_b/attn_v_b)");
   GgufWriter w;
   write_metadata(w, c, hf_dir.empty() ? "mxserve" : fs::path(hf_dir).filename().string(), type);
   write_tokenizer(w, c, hf_dir);
@@ -270,8 +284,13 @@ ConvertReport write_gguf_checkpoint(const ModelConfig& c, const TensorStore& s, 
   };
 
   std::map<std::string, int> experts_done;  // "layer.proj" -> count, to check completeness
+  auto dropped = [&](const std::string& name) {  // MTP layers llama.cpp cannot take (deepseek2); see mtp_layers()
+    int layer = -1;
+    return std::sscanf(name.c_str(), "model.layers.%d.", &layer) == 1 && layer >= c.num_hidden_layers + mtp_layers(c);
+  };
   for (const std::string& name : s.names()) {
     if (ends_with(name, ".weight_scale")) continue;  // goes with its .weight
+    if (dropped(name)) continue;
     if (auto ex = gguf_names::parse_hf_expert(name)) {
       if (ex->expert != 0) continue;  // the whole stack is written at expert 0
       std::vector<Tensor> parts;
