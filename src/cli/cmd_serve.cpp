@@ -45,7 +45,7 @@ std::string default_name(const std::string& path) {
 Command add_serve(CLI::App& app) {
   auto* s = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
   auto a = std::make_shared<ServeArgs>();
-  s->add_option("--model", a->model, "Model directory (config.json + safetensors [+ tokenizer.json]) or llama2.c .bin")
+  s->add_option("--model", a->model, "Model directory (config.json + safetensors [+ tokenizer.json]), .gguf file (with its tokenizer) or llama2.c .bin")
       ->required();
   s->add_option("--tokenizer", a->tokenizer, "tokenizer.json to use (default: the model directory's, if any)");
   s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
