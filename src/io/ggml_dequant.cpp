@@ -32,6 +32,20 @@ void q4_0(const uint8_t* x, int64_t nb, float* y) {  // {f16 d; u8 qs[16]}
   }
 }
 
+void q5_0(const uint8_t* x, int64_t nb, float* y) {  // {f16 d; u8 qh[4]; u8 qs[16]}
+  for (int64_t i = 0; i < nb; ++i, x += 22, y += 32) {
+    const float d = half(x);
+    uint32_t qh;
+    std::memcpy(&qh, x + 2, 4);
+    const uint8_t* qs = x + 6;
+    for (int j = 0; j < 16; ++j) {
+      const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+      y[j] = (((qs[j] & 0x0F) | h0) - 16) * d;
+      y[j + 16] = (((qs[j] >> 4) | h1) - 16) * d;
+    }
+  }
+}
+
 void scale_min_k4(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
   if (j < 4) {
     d = q[j] & 63, m = q[j + 4] & 63;
@@ -82,7 +96,7 @@ void q6_k(const uint8_t* x, int64_t nb, float* y) {  // {u8 ql[128]; u8 qh[64]; 
 
 bool can_dequantize(uint32_t t) {
   using namespace ggml_type;
-  return t == Q8_0 || t == Q4_0 || t == Q4_K || t == Q6_K;
+  return t == Q8_0 || t == Q4_0 || t == Q5_0 || t == Q4_K || t == Q6_K;
 }
 
 void dequantize_row(uint32_t t, const uint8_t* src, int64_t k, float* out) {
@@ -93,6 +107,7 @@ void dequantize_row(uint32_t t, const uint8_t* src, int64_t k, float* out) {
   switch (t) {
     case ggml_type::Q8_0: return q8_0(src, nb, out);
     case ggml_type::Q4_0: return q4_0(src, nb, out);
+    case ggml_type::Q5_0: return q5_0(src, nb, out);
     case ggml_type::Q4_K: return q4_k(src, nb, out);
     default: return q6_k(src, nb, out);
   }

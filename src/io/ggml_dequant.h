@@ -1,6 +1,6 @@
 #pragma once
 // ggml block formats converted to and from ours (docs/gguf.md):
-// - Q8_0, Q4_0, Q4_K, Q6_K rows dequantized to f32 (ggml-quants.c semantics);
+// - Q8_0, Q4_0, Q5_0, Q4_K, Q6_K rows dequantized to f32 (ggml-quants.c semantics);
 // - MXFP4: ggml's block_mxfp4 is {u8 e8m0; u8 qs[16]} per 32 values with
 //   element j in the low nibble of qs[j] and element j+16 in its high nibble;
 //   ours (quant/mxfp4.h) keeps elements 2j / 2j+1 in the low / high nibble of

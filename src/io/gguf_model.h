@@ -20,7 +20,7 @@ struct GgufCheckpoint {
 };
 
 // Reads a GGUF model file. F32/BF16 tensors are zero-copy views; F16 becomes
-// BF16 when every value converts exactly, else F32; Q8_0, Q4_0, Q4_K and Q6_K
+// BF16 when every value converts exactly, else F32; Q8_0, Q4_0, Q5_0, Q4_K and Q6_K
 // are dequantized to F32; MXFP4 is repacked into our MXFP4 layout (no
 // dequantization) and the config gets the matching quantization_config.
 GgufCheckpoint read_gguf_checkpoint(const std::string& path);

@@ -205,7 +205,7 @@ struct Reader {
       store.add_owned(hf, std::move(o), g.path());
       return;
     }
-    fail("{}: tensor {} has ggml type {}, which mxserve cannot load (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, "
+    fail("{}: tensor {} has ggml type {}, which mxserve cannot load (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, "
          "MXFP4)", g.path(), hf, ti->name);
   }
 };

@@ -198,6 +198,17 @@ TEST(GgufConvert, GgmlBlockDequantization) {
     EXPECT_EQ(y[j], (j - 8) * 2.0f);
     EXPECT_EQ(y[j + 16], (7 - j) * 2.0f);
   }
+  // Q5_0: the 5th bit of element j is bit j of qh, of element j+16 bit j+16.
+  uint8_t q5[22] = {};
+  put_half(q5, 1.0f);
+  const uint32_t qh = (1u << 3) | (1u << 20);
+  std::memcpy(q5 + 2, &qh, 4);
+  for (int j = 0; j < 16; ++j) q5[6 + j] = uint8_t(j | (j << 4));
+  ggml::dequantize_row(ggml_type::Q5_0, q5, 32, y);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], float(j + (j == 3 ? 16 : 0) - 16));
+    EXPECT_EQ(y[j + 16], float(j + (j == 4 ? 16 : 0) - 16));
+  }
   // Q4_K: sub-block 0 scale 3, min 1 (6-bit packed), quants all 5: y = d*3*5 - dmin*1.
   uint8_t q4k[144] = {};
   put_half(q4k, 1.0f);
