@@ -162,7 +162,8 @@ void write_metadata(GgufWriter& w, const ModelConfig& c, const std::string& name
   w.add_u32(A + "block_count", c.num_hidden_layers + mtp_layers(c));
   w.add_u32(A + "feed_forward_length", c.intermediate_size);
   w.add_u32(A + "attention.head_count", c.num_attention_heads);
-  w.add_u32(A + "attention.head_count_kv", c.num_key_value_heads);
+  // Legacy-MLA llama.cpp decompresses K/V for every head (MHA), so its kv head count is the head count.
+  w.add_u32(A + "attention.head_count_kv", c.mla ? c.num_attention_heads : c.num_key_value_heads);
   if (c.mla) {
     // llama.cpp's legacy MLA form (unsplit attn_kv_b; no key_length_mla), which
     // its deepseek2 still loads: keys are nope + rope wide, values v_head_dim.
