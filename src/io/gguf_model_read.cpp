@@ -133,16 +133,6 @@ json config_json(const GgufFile& g, Arch arch, const std::string& A) {
   return j;
 }
 
-// RoPE rotates interleaved pairs in llama.cpp's llama arch, so its converter
-// permutes Q/K rows (convert_hf_to_gguf.py LlamaModel.permute); undo it.
-int64_t llama_perm_heads(const std::string& hf, const ModelConfig& c) {
-  if (c.arch != Arch::Llama) return 0;
-  auto ends = [&](const char* s) { return hf.size() >= std::strlen(s) && hf.compare(hf.size() - std::strlen(s), std::string::npos, s) == 0; };
-  if (ends("self_attn.q_proj.weight") || ends("self_attn.q_proj.bias")) return c.num_attention_heads;
-  if (ends("self_attn.k_proj.weight") || ends("self_attn.k_proj.bias")) return c.num_key_value_heads;
-  return 0;
-}
-
 struct Reader {
   const GgufFile& g;
   const ModelConfig& c;
@@ -152,7 +142,7 @@ struct Reader {
   // Adds one HF tensor from GGUF data of `type` with HF shape [rows, cols] (or [n]).
   void add(const std::string& hf, const uint8_t* data, uint32_t type, std::vector<int64_t> shape) {
     const int64_t cols = shape.back(), rows = shape.size() == 1 ? 1 : shape[0];
-    const int64_t heads = llama_perm_heads(hf, c);
+    const int64_t heads = gguf_names::llama_permuted_heads(hf, c);  // undo llama.cpp's Q/K permutation
     const RowOrder order = heads ? RowOrder::llama_unpermute(rows, heads) : RowOrder::identity(rows);
     const GgmlTypeInfo* ti = ggml_type_info(type);
     const uint64_t row_bytes = uint64_t(cols / ti->block_size) * ti->type_size;
@@ -185,7 +175,7 @@ struct Reader {
       return;
     }
     if (type == ggml_type::MXFP4) {
-      if (shape.size() != 2 || hf.size() < 7 || hf.compare(hf.size() - 7, 7, ".weight") != 0)
+      if (shape.size() != 2 || !hf.ends_with(".weight"))
         fail("{}: {} is MXFP4 but is not a Linear weight", g.path(), hf);
       OwnedTensor packed = OwnedTensor::make(DType::U8, {rows, cols / 2});
       OwnedTensor scales = OwnedTensor::make(DType::U8, {rows, cols / 32});
@@ -244,7 +234,7 @@ GgufCheckpoint read_gguf_checkpoint(const std::string& path) {
     q.method = QuantMethod::Mxfp4;
     for (const auto& name : ck.tensors->names()) {
       const Tensor& t = ck.tensors->get(name);
-      if (t.ndim != 2 || name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) continue;
+      if (t.ndim != 2 || !name.ends_with(".weight")) continue;
       const std::string prefix = name.substr(0, name.size() - 7);
       if (!rd.mx_linears.count(prefix)) q.exclude.push_back(prefix);
     }

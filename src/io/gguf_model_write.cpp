@@ -32,11 +32,6 @@ GgufOutType gguf_out_type(const std::string& s) {
 
 namespace {
 
-bool ends_with(const std::string& s, const char* t) {
-  const size_t n = std::strlen(t);
-  return s.size() >= n && s.compare(s.size() - n, n, t) == 0;
-}
-
 uint32_t ggml_of(DType d) {
   switch (d) {
     case DType::F32: return ggml_type::F32;
@@ -51,7 +46,7 @@ uint32_t ggml_of(DType d) {
 Tensor logical(const TensorStore& s, const std::string& name) {
   const Tensor& t = s.get(name);
   const std::string scale = name.substr(0, name.size() - 7) + ".weight_scale";
-  if (ends_with(name, ".weight") && s.contains(scale)) {
+  if (name.ends_with(".weight") && s.contains(scale)) {
     Tensor m(DType::MXFP4, {t.dim(0), t.dim(1) * 2}, t.data);
     m.scales = s.get(scale).data;
     return m;
@@ -268,7 +263,7 @@ ConvertReport write_gguf_checkpoint(const ModelConfig& c, const TensorStore& s, 
       case GgufOutType::MXFP4: break;
     }
     const std::string prefix = name.substr(0, name.size() - 7);
-    bool linear = ends_with(name, ".weight") && !ends_with(name, "embed_tokens.weight") && t.dim(-1) % 32 == 0;
+    bool linear = name.ends_with(".weight") && !name.ends_with("embed_tokens.weight") && t.dim(-1) % 32 == 0;
     for (const auto& e : excludes) linear = linear && !exclude_matches(e, prefix);
     return linear ? ggml_type::MXFP4 : ggml_of(t.dtype);
   };
@@ -290,7 +285,7 @@ ConvertReport write_gguf_checkpoint(const ModelConfig& c, const TensorStore& s, 
     return std::sscanf(name.c_str(), "model.layers.%d.", &layer) == 1 && layer >= c.num_hidden_layers + mtp_layers(c);
   };
   for (const std::string& name : s.names()) {
-    if (ends_with(name, ".weight_scale")) continue;  // goes with its .weight
+    if (name.ends_with(".weight_scale")) continue;  // goes with its .weight
     if (dropped(name)) continue;
     if (auto ex = gguf_names::parse_hf_expert(name)) {
       if (ex->expert != 0) continue;  // the whole stack is written at expert 0
@@ -310,13 +305,8 @@ ConvertReport write_gguf_checkpoint(const ModelConfig& c, const TensorStore& s, 
     const auto gname = gguf_names::to_gguf(name, c.arch);
     if (!gname) fail("convert: tensor {} has no GGUF name for {}", name, c.architecture);
     const Tensor t = logical(s, name);
-    RowOrder order;
-    if (c.arch == Arch::Llama) {
-      if (ends_with(name, "self_attn.q_proj.weight") || ends_with(name, "self_attn.q_proj.bias"))
-        order = RowOrder::llama_permute(t.dim(0), c.num_attention_heads);
-      if (ends_with(name, "self_attn.k_proj.weight") || ends_with(name, "self_attn.k_proj.bias"))
-        order = RowOrder::llama_permute(t.dim(0), c.num_key_value_heads);
-    }
+    const int64_t heads = gguf_names::llama_permuted_heads(name, c);
+    const RowOrder order = heads ? RowOrder::llama_permute(t.dim(0), heads) : RowOrder{};
     add(*gname, {t}, out_type(name, t), order);
   }
   if (c.arch == Arch::Llama && c.rope_scaling.type == "llama3") {

@@ -121,6 +121,13 @@ std::optional<std::string> from_gguf(const std::string& g, Arch a) {
   return std::nullopt;
 }
 
+int64_t llama_permuted_heads(const std::string& hf, const ModelConfig& c) {
+  if (c.arch != Arch::Llama) return 0;
+  if (hf.ends_with("self_attn.q_proj.weight") || hf.ends_with("self_attn.q_proj.bias")) return c.num_attention_heads;
+  if (hf.ends_with("self_attn.k_proj.weight") || hf.ends_with("self_attn.k_proj.bias")) return c.num_key_value_heads;
+  return 0;
+}
+
 std::optional<ExpertName> parse_hf_expert(const std::string& hf) {
   static const std::regex re(R"(model\.layers\.(\d{1,6})\.mlp\.experts\.(\d{1,6})\.(gate|up|down)_proj\.weight)");
   std::smatch m;

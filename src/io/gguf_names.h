@@ -19,6 +19,10 @@ std::optional<std::string> to_gguf(const std::string& hf, Arch a);
 // GGUF name -> HF name (nullopt: not mappable).
 std::optional<std::string> from_gguf(const std::string& gguf, Arch a);
 
+// Heads whose Q/K rows llama.cpp permutes in this tensor (llama arch q/k
+// projection weights and biases; io/gguf_rows.h), 0 for every other tensor.
+int64_t llama_permuted_heads(const std::string& hf, const ModelConfig& c);
+
 // Routed experts: model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight in HF,
 // stacked into blk.L.ffn_{gate,up,down}_exps.weight [in, out, n_experts] in GGUF.
 struct ExpertName {
