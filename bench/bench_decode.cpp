@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
     else dir = argv[i];
   }
   try {
-    if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json")) {
+    // A file (.gguf, llama2.c .bin) is loaded as is; a directory without config.json gets the default model.
+    if (!std::filesystem::is_regular_file(dir) && !std::filesystem::exists(std::filesystem::path(dir) / "config.json")) {
       std::fprintf(stderr, "writing synthetic model to %s ...\n", dir.c_str());
       SyntheticSpec s;
       s.arch = "qwen3";

@@ -24,7 +24,7 @@ struct ModelArgs {
   ParallelOptions par;
   void add(CLI::App* s) {
     add_parallel_options(s, par);
-    s->add_option("--model", model, "Model directory (config.json + safetensors) or llama2.c .bin")
+    s->add_option("--model", model, "Model directory (config.json + safetensors), .gguf file or llama2.c .bin")
         ->required();
     s->add_option("--prompt-ids", prompt_ids, "Prompt as token ids, e.g. \"1 2 3\" or 1,2,3")
         ->required();

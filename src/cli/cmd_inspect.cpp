@@ -9,7 +9,7 @@ namespace mx::cli {
 Command add_inspect(CLI::App& app) {
   auto* s = app.add_subcommand("inspect", "Show architecture, parameter count and tensor mapping");
   auto model = std::make_shared<std::string>();
-  s->add_option("--model", *model, "Model directory or llama2.c .bin")->required();
+  s->add_option("--model", *model, "Model directory, .gguf file or llama2.c .bin")->required();
   return {s, [model] {
             auto m = load_model(*model);
             const ModelConfig& c = m->config();

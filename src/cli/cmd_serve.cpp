@@ -11,6 +11,8 @@
 #include "cli/commands.h"
 #include "cli/parallel_args.h"
 #include "cli/spec_args.h"
+#include "io/gguf.h"
+#include "io/gguf_model.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -116,7 +118,7 @@ int serve_data_parallel(ServeArgs& a, sigset_t& sigs, const Tokenizer* tok, cons
 Command add_serve(CLI::App& app) {
   auto* s = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
   auto a = std::make_shared<ServeArgs>();
-  s->add_option("--model", a->model, "Model directory (config.json + safetensors [+ tokenizer.json]) or llama2.c .bin")
+  s->add_option("--model", a->model, "Model directory (config.json + safetensors [+ tokenizer.json]), .gguf file (with its tokenizer) or llama2.c .bin")
       ->required();
   s->add_option("--tokenizer", a->tokenizer, "tokenizer.json to use (default: the model directory's, if any)");
   s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
@@ -172,6 +174,8 @@ Command add_serve(CLI::App& app) {
               tok_path = (std::filesystem::path(a->model) / "tokenizer.json").string();
             std::unique_ptr<Tokenizer> tok;
             if (!tok_path.empty()) tok = load_tokenizer_hf(tok_path);
+            else if (is_gguf_file(a->model) && GgufFile(a->model).has("tokenizer.ggml.model"))
+              tok = load_tokenizer_gguf(GgufFile(a->model));  // a GGUF carries its own tokenizer
 
             if (a->dp > 1) {
               return serve_data_parallel(*a, sigs, tok.get(), server_options(*a));

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/gguf_model.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
 #include "models/families.h"
@@ -45,6 +46,13 @@ Checkpoint load_checkpoint(const std::string& path) {
     ck.hf_dir = path;
     return ck;
   }
+  if (is_gguf_file(path)) {
+    GgufCheckpoint g = read_gguf_checkpoint(path);
+    ck.config = std::move(g.config);
+    ck.tensors = std::move(g.tensors);
+    ck.gguf_path = path;
+    return ck;
+  }
   if (path.size() > 12 && path.substr(path.size() - 12) == ".safetensors")
     fail("{}: a bare .safetensors file has no config; pass the model directory", path);
   if ((path.size() > 4 && path.substr(path.size() - 4) == ".bin") || looks_like_llama2c(path)) {
@@ -53,15 +61,15 @@ Checkpoint load_checkpoint(const std::string& path) {
     ck.tensors = std::make_shared<TensorStore>(std::move(m.tensors));
     return ck;
   }
-  fail("{}: not a model directory (config.json + safetensors) nor a llama2.c checkpoint", path);
+  fail("{}: not a model directory (config.json + safetensors), a GGUF file nor a llama2.c checkpoint", path);
 }
 
 std::unique_ptr<Model> build_model(const Checkpoint& ck, const LoadOptions& opts) {
   try {
     return build(ck.config, ck.tensors, opts);
   } catch (const Error& e) {
-    if (ck.hf_dir.empty()) throw;
-    fail("{}: {}", ck.hf_dir, e.what());
+    if (ck.hf_dir.empty() && ck.gguf_path.empty()) throw;
+    fail("{}: {}", ck.hf_dir.empty() ? ck.gguf_path : ck.hf_dir, e.what());
   }
 }
 

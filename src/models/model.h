@@ -78,7 +78,8 @@ struct LoadOptions {
 struct Checkpoint {
   ModelConfig config;
   std::shared_ptr<TensorStore> tensors;
-  std::string hf_dir;  // the HF model directory it came from ("" for llama2.c)
+  std::string hf_dir;  // the HF model directory it came from ("" for llama2.c and GGUF)
+  std::string gguf_path;  // the GGUF file it came from, if any
 };
 Checkpoint load_checkpoint(const std::string& path);
 std::unique_ptr<Model> build_model(const Checkpoint& ck, const LoadOptions& opts = {});
@@ -88,8 +89,8 @@ std::unique_ptr<Model> build_model(const Checkpoint& ck, const LoadOptions& opts
 // num_hidden_layers on, without gaps; num_nextn_predict_layers is set to their count.
 void attach_mtp_head(Checkpoint& ck, const std::string& path);
 
-// Loads a model from an HF directory (config.json + safetensors) or a
-// llama2.c .bin file.
+// Loads a model from an HF directory (config.json + safetensors), a GGUF file
+// (io/gguf_model.h) or a llama2.c .bin file.
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts = {});
 
 }  // namespace mx
