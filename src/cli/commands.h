@@ -18,10 +18,13 @@ Command add_make_test_model(CLI::App& app);
 Command add_quantize(CLI::App& app);
 Command add_eval(CLI::App& app);
 Command add_serve(CLI::App& app);
+Command add_bench(CLI::App& app);
+Command add_plan(CLI::App& app);
 
 inline std::vector<Command> all_commands(CLI::App& app) {
   return {add_generate(app), add_logits(app), add_inspect(app), add_make_test_model(app),
-          add_quantize(app),  add_eval(app),   add_serve(app)};
+          add_quantize(app),  add_eval(app),   add_serve(app),
+          add_bench(app),    add_plan(app)};
 }
 
 }  // namespace mx::cli
