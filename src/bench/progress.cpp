@@ -28,7 +28,8 @@ void Progress::tick(bool ok) {
 
 void Progress::finish() {
   std::lock_guard<std::mutex> lk(mu_);
-  draw(true);
+  // Off a terminal the last quarter's line already says it all, unless the run stopped early.
+  if (tty_ || done_ < total_) draw(true);
 }
 
 void Progress::draw(bool final) {
