@@ -157,6 +157,7 @@ int run_bench(BenchArgs& a) {
   const int vocab = resolve_vocab(a, *target);
   const bench::CostModel cost{a.price_per_hour, a.gpus, a.gpus_per_node};
   bench::Progress progress(!a.no_progress);
+  std::string all_failed;  // a point where no request succeeded
 
   for (const std::string& name : names) {
     const bench::WorkloadSpec w = make_spec(a, name, vocab);
@@ -172,6 +173,8 @@ int run_bench(BenchArgs& a) {
       const bench::PointResult p = bench::run_point(*target, reqs, sweep[i], w.request_rate, w.duration_s, progress);
       progress.finish();
       stats.push_back(bench::compute_stats(p, cost));
+      if (stats.back().requests_ok == 0 && all_failed.empty())
+        all_failed = fmt::format("{}: every request failed ({})", name, stats.back().first_error);
       points.push_back(bench::to_json(stats.back()));
       std::printf("%s %s\n", name.c_str(), bench::summary_line(stats.back()).c_str());
       std::fflush(stdout);
@@ -192,6 +195,7 @@ int run_bench(BenchArgs& a) {
   }
   if (engine) engine->stop();
   if (server) server->stop();
+  MX_CHECK(all_failed.empty(), "{}", all_failed);
   return 0;
 }
 }  // namespace
