@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 struct PlanArgs {
   std::string model, hardware, workload = "prefill-heavy", dtype = "bf16", json_out;
   double scale = 1.0, cached = -1, price = -1;
-  int input = 0, output = 0, concurrency = 0, prefix_groups = 1, gpus = 0, top = 0;
+  int input = 0, output = 0, concurrency = 0, prefix_groups = 1, gpus = 0, top = 0, prefill_chunk = 8192;
 };
 
 nlohmann::json to_json(const plan::Prediction& p) {
@@ -82,6 +82,7 @@ int run_plan(const PlanArgs& a) {
   plan::PlanOptions o;
   o.dtype = plan::parse_weight_dtype(a.dtype);
   o.price_per_gpu_hour = a.price >= 0 ? a.price : hw.price_per_hour;
+  o.prefill_chunk = a.prefill_chunk;
   const auto ranked = plan::rank_layouts(shape, hw, w, o, mc.num_attention_heads);
 
   std::printf("model %s: %.2fB parameters, %.2fB active per token, %s weights; KV %.0f bytes/token\n",
@@ -143,6 +144,10 @@ Command add_plan(CLI::App& app) {
   s->add_option("--price-per-hour", a->price, "$ per accelerator-hour (gives $/Mtok)")->check(CLI::Range(0.0, 1e6));
   s->add_option("--gpus", a->gpus, "Accelerators per node (default: the hardware's, 8; cpu 1)")
       ->check(CLI::Range(1, 1024));
+  s->add_option("--prefill-chunk", a->prefill_chunk,
+                "Tokens per prefill forward; weights are read once per chunk (mxserve serve: --step-tokens, 256)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
   s->add_option("--top", a->top, "Print only the best N layouts")->check(CLI::Range(0, 1 << 20));
   s->add_option("--json", a->json_out, "Also write every prediction to this JSON file");
   return {s, [a] { return run_plan(*a); }};
