@@ -30,12 +30,22 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       fail("cannot mmap {}: {}", path, std::strerror(errno));
     }
     data_ = static_cast<const uint8_t*>(p);
+    mapped_ = true;
   }
   ::close(fd);
 }
 
+std::shared_ptr<MappedFile> MappedFile::from_bytes(std::string name, std::string bytes) {
+  std::shared_ptr<MappedFile> f(new MappedFile());
+  f->path_ = std::move(name);
+  f->owned_ = std::move(bytes);
+  f->size_ = f->owned_.size();
+  f->data_ = reinterpret_cast<const uint8_t*>(f->owned_.data());
+  return f;
+}
+
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 }  // namespace mx
