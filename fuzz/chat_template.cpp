@@ -5,7 +5,7 @@
 #include "fuzz_common.h"
 #include "io/chat_template.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+MXFUZZ_TARGET(chat_template) {
   static const nlohmann::ordered_json context = nlohmann::ordered_json::parse(R"({
     "messages": [{"role": "system", "content": "Be brief."},
                  {"role": "user", "content": "Hi <b>there</b>"},

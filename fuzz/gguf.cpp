@@ -5,7 +5,7 @@
 #include "io/gguf.h"
 #include "io/tokenizer.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+MXFUZZ_TARGET(gguf) {
   mxfuzz::refusal_ok([&] {
     mx::GgufFile g(mx::MappedFile::from_bytes("fuzz.gguf", mxfuzz::as_string(data, size)));
     for (const auto& [key, value] : g.metadata()) (void)value.to_string();

@@ -5,7 +5,7 @@
 #include "fuzz_common.h"
 #include "io/model_config.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+MXFUZZ_TARGET(model_config) {
   const nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return 0;  // load_hf_config refuses invalid JSON before parsing fields
   mxfuzz::refusal_ok([&] {

@@ -34,7 +34,7 @@ const mx::Tokenizer& tokenizer() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+MXFUZZ_TARGET(openai_request) {
   if (size < 1) return 0;
   mx::server::ApiContext ctx;
   ctx.tokenizer = (data[0] & 2) ? &tokenizer() : nullptr;

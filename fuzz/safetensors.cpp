@@ -4,7 +4,7 @@
 #include "fuzz_common.h"
 #include "io/safetensors.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+MXFUZZ_TARGET(safetensors) {
   mxfuzz::refusal_ok([&] {
     mx::TensorStore store;
     mx::read_safetensors_file(mx::MappedFile::from_bytes("fuzz.safetensors", mxfuzz::as_string(data, size)), store);

@@ -5,7 +5,7 @@
 #include "fuzz_common.h"
 #include "io/tokenizer.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+MXFUZZ_TARGET(tokenizer_json) {
   const nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return 0;
   mxfuzz::refusal_ok([&] {

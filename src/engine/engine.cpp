@@ -266,7 +266,7 @@ bool Engine::step() {
     }
   }
   for (const auto& [r, reason] : done) {
-    auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == r; });
+    auto it = std::find_if(running_.begin(), running_.end(), [r = r](auto& p) { return p.get() == r; });
     finish(**it, reason);
     running_.erase(it);
   }
