@@ -42,7 +42,7 @@ json parse_body(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
     std::string what = e.what();
     const size_t p = what.find("] ");
