@@ -1,6 +1,7 @@
 #include "quant/quant_config.h"
 
 #include <nlohmann/json.hpp>
+#include <cctype>
 #include <regex>
 
 #include "core/error.h"
@@ -53,6 +54,19 @@ std::regex compile_entry(const std::string& regex, const std::string& pattern) {
   constexpr size_t kMaxPattern = 1024;
   if (pattern.size() > kMaxPattern)
     fail("exclude pattern '{}...' is {} bytes, over the limit of {}", pattern.substr(0, 64), pattern.size(), kMaxPattern);
+  // libstdc++ reads backreference numbers and {m,n} counts into a long without
+  // an overflow check (undefined behaviour on 20 digits; found by fuzz/quant_exclude).
+  for (size_t i = 0; i < regex.size(); ++i) {
+    if (regex[i] == '\\' && i + 1 < regex.size()) {
+      if (regex[i + 1] >= '1' && regex[i + 1] <= '9')
+        fail("exclude pattern '{}': backreferences are not supported", pattern);
+      ++i;
+    } else if (regex[i] == '{' || (regex[i] == ',' && i > 0 && std::isdigit((unsigned char)regex[i - 1]))) {
+      size_t d = 0;
+      while (i + 1 + d < regex.size() && std::isdigit((unsigned char)regex[i + 1 + d])) ++d;
+      if (d > 4) fail("exclude pattern '{}': a repetition count over 9999", pattern);
+    }
+  }
   try {
 #ifdef __GLIBCXX__
     return std::regex(regex, std::regex::ECMAScript | std::regex_constants::__polynomial);
