@@ -6,3 +6,5 @@ tools/install-deps.sh
 tools/build.sh
 cd build
 ctest --output-on-failure -j"$(nproc)" --timeout 600
+cd ..
+tools/test-hardening.sh

@@ -38,6 +38,7 @@ struct ServeArgs {
   ParallelOptions par;
   int dp = 1;
   bool dp_round_robin = false;
+  server::ApiLimits limits;
 };
 
 std::string default_name(const std::string& path) {
@@ -54,6 +55,7 @@ server::ServerOptions server_options(const ServeArgs& a) {
   so.served_model_name = a.served_name.empty() ? default_name(a.model) : a.served_name;
   so.max_body_bytes = size_t(a.max_body_mb) << 20;
   so.kv_block_size = a.engine.block_size;
+  so.limits = a.limits;
   if (std::filesystem::is_directory(a.model)) so.model_dir = a.model;
   so.http_threads = a.http_threads ? a.http_threads : std::min(1024, a.engine.max_running + a.engine.max_queue + 8);
   return so;
@@ -149,6 +151,17 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str();
   a->spec.add(s);
   s->add_option("--mtp-head", a->mtp_head, "A trained MTP head (safetensors, nextn layout) for a model without one");
+  s->add_option("--max-tokens-limit", a->limits.max_tokens,
+                "Largest max_tokens a request may ask for (larger: 400; 0: the context)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
+  s->add_option("--max-prompt-tokens", a->limits.max_prompt_tokens,
+                "Longest prompt in tokens (longer: 400; 0: the context less one)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
+  s->add_option("--max-prompts", a->limits.max_prompts, "Prompts (choices) one /v1/completions request may carry")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   s->add_option("--shutdown-timeout", a->shutdown_timeout,
                 "Seconds SIGINT/SIGTERM waits for in-flight requests before cancelling them")
       ->check(CLI::Range(0, 3600))

@@ -25,7 +25,7 @@ std::set<const MappedFile*>& live() {
 void MappedFile::release_all_resident() {
   std::lock_guard<std::mutex> lk(live_mu);
   for (const MappedFile* f : live())
-    if (f->data_) ::madvise(const_cast<uint8_t*>(f->data_), f->size_, MADV_DONTNEED);
+    if (f->mapped_) ::madvise(const_cast<uint8_t*>(f->data_), f->size_, MADV_DONTNEED);
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
@@ -46,10 +46,20 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       fail("cannot mmap {}: {}", path, std::strerror(errno));
     }
     data_ = static_cast<const uint8_t*>(p);
+    mapped_ = true;
   }
   ::close(fd);
   std::lock_guard<std::mutex> lk(live_mu);
   live().insert(this);
+}
+
+std::shared_ptr<MappedFile> MappedFile::from_bytes(std::string name, std::string bytes) {
+  std::shared_ptr<MappedFile> f(new MappedFile());
+  f->path_ = std::move(name);
+  f->owned_ = std::move(bytes);
+  f->size_ = f->owned_.size();
+  f->data_ = reinterpret_cast<const uint8_t*>(f->owned_.data());
+  return f;
 }
 
 MappedFile::~MappedFile() {
@@ -57,7 +67,7 @@ MappedFile::~MappedFile() {
     std::lock_guard<std::mutex> lk(live_mu);
     live().erase(this);
   }
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 }  // namespace mx

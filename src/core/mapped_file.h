@@ -3,6 +3,7 @@
 // viewed in place; nothing is copied unless a format conversion is needed.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace mx {
@@ -10,6 +11,9 @@ namespace mx {
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path);  // throws mx::Error with the path
+  // Bytes already in memory, viewed as a file named `name` (fuzzers and tests
+  // parse buffers through the same code as mapped files).
+  static std::shared_ptr<MappedFile> from_bytes(std::string name, std::string bytes);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -25,9 +29,12 @@ class MappedFile {
   static void release_all_resident();
 
  private:
+  MappedFile() = default;
   std::string path_;
+  std::string owned_;  // from_bytes: the bytes data_ points into (nothing is mapped)
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  bool mapped_ = false;
 };
 
 }  // namespace mx

@@ -329,7 +329,7 @@ bool Engine::step() {
       r->spec_k = a == o.drafts ? std::min(opts_.spec.steps, r->spec_k + 1) : std::max(1, a);
   }
   for (const auto& [r, reason] : done_) {
-    auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == r; });
+    auto it = std::find_if(running_.begin(), running_.end(), [r = r](auto& p) { return p.get() == r; });
     finish(**it, reason);
     running_.erase(it);
     std::replace(in_batch.begin(), in_batch.end(), r, static_cast<Request*>(nullptr));

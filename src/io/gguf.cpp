@@ -318,8 +318,9 @@ GgufFile::~GgufFile() = default;
 GgufFile::GgufFile(GgufFile&&) noexcept = default;
 GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
 
-GgufFile::GgufFile(const std::string& path) : path_(path) {
-  file_ = std::make_shared<MappedFile>(path);
+GgufFile::GgufFile(const std::string& path) : GgufFile(std::make_shared<MappedFile>(path)) {}
+
+GgufFile::GgufFile(std::shared_ptr<MappedFile> file) : path_(file->path()), file_(std::move(file)) {
   const uint8_t* base = file_->data();
   const uint64_t size = file_->size();
   GgufParser r(path_, base, size);

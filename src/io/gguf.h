@@ -109,6 +109,7 @@ struct GgufTensorInfo {
 class GgufFile {
  public:
   explicit GgufFile(const std::string& path);  // parses and validates; throws mx::Error
+  explicit GgufFile(std::shared_ptr<MappedFile> file);  // a mapping already made (MappedFile::from_bytes)
   ~GgufFile();
   GgufFile(GgufFile&&) noexcept;
   GgufFile& operator=(GgufFile&&) noexcept;

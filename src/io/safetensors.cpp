@@ -37,7 +37,11 @@ int64_t checked_numel(const json& shape, const std::string& where) {
 }  // namespace
 
 void read_safetensors_file(const std::string& path, TensorStore& store) {
-  auto file = std::make_shared<MappedFile>(path);
+  read_safetensors_file(std::make_shared<MappedFile>(path), store);
+}
+
+void read_safetensors_file(std::shared_ptr<MappedFile> file, TensorStore& store) {
+  const std::string& path = file->path();
   const size_t size = file->size();
   if (size < 8) fail("{}: file is {} bytes, too short for a safetensors header", path, size);
   uint64_t n;

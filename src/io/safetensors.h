@@ -4,6 +4,7 @@
 // {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}},
 // then the byte buffer the offsets index (relative to its start).
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,10 +13,14 @@
 
 namespace mx {
 
+class MappedFile;
+
 // Maps one .safetensors file and adds its tensors (zero copy) to `store`.
 // Validates the header length, the JSON, every dtype, shape and offset range
 // against the file size, and that tensors neither overlap nor leave holes.
 void read_safetensors_file(const std::string& path, TensorStore& store);
+// The same for a mapping already made (MappedFile::from_bytes: fuzzers, tests).
+void read_safetensors_file(std::shared_ptr<MappedFile> file, TensorStore& store);
 
 // A model directory or file: DIR/model.safetensors.index.json (sharded),
 // DIR/model.safetensors, DIR/*.safetensors (no index), or a single file path.

@@ -844,8 +844,13 @@ std::string token_content(const json& j) {
 
 std::unique_ptr<Tokenizer> load_tokenizer_hf(const std::string& tokenizer_json_path) {
   const fs::path path(tokenizer_json_path);
-  const std::string where = path.string();
   const json j = read_json(path);
+  const fs::path cfg_path = path.parent_path() / "tokenizer_config.json";
+  const json cfg = fs::exists(cfg_path) ? read_json(cfg_path) : json();
+  return parse_tokenizer_hf(j, cfg, path.string());
+}
+
+std::unique_ptr<Tokenizer> parse_tokenizer_hf(const json& j, const json& cfg, const std::string& where) {
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) fail("{}: no 'model' object", where);
   const json& m = j["model"];
   const std::string mtype = type_of(m);
@@ -982,23 +987,19 @@ std::unique_ptr<Tokenizer> load_tokenizer_hf(const std::string& tokenizer_json_p
     }
   };
   scan_post(post);
-  const fs::path cfg_path = path.parent_path() / "tokenizer_config.json";
-  if (fs::exists(cfg_path)) {
-    const json cfg = read_json(cfg_path);
-    if (cfg.is_object()) {
-      if (cfg.contains("bos_token"))
-        if (int32_t id = id_of(token_content(cfg["bos_token"])); id >= 0) tok->bos_id = id;
-      if (cfg.contains("eos_token"))
-        if (int32_t id = id_of(token_content(cfg["eos_token"])); id >= 0) tok->eos_id = id;
-      if (cfg.contains("unk_token"))
-        if (int32_t id = id_of(token_content(cfg["unk_token"])); id >= 0) tok->unk_id = id;
-      if (cfg.contains("pad_token"))
-        if (int32_t id = id_of(token_content(cfg["pad_token"])); id >= 0) tok->pad_id = id;
-      if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
-        tok->add_bos = cfg["add_bos_token"].get<bool>() && tok->bos_id >= 0;
-      if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean())
-        tok->add_eos = cfg["add_eos_token"].get<bool>() && tok->eos_id >= 0;
-    }
+  if (cfg.is_object()) {
+    if (cfg.contains("bos_token"))
+      if (int32_t id = id_of(token_content(cfg["bos_token"])); id >= 0) tok->bos_id = id;
+    if (cfg.contains("eos_token"))
+      if (int32_t id = id_of(token_content(cfg["eos_token"])); id >= 0) tok->eos_id = id;
+    if (cfg.contains("unk_token"))
+      if (int32_t id = id_of(token_content(cfg["unk_token"])); id >= 0) tok->unk_id = id;
+    if (cfg.contains("pad_token"))
+      if (int32_t id = id_of(token_content(cfg["pad_token"])); id >= 0) tok->pad_id = id;
+    if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
+      tok->add_bos = cfg["add_bos_token"].get<bool>() && tok->bos_id >= 0;
+    if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean())
+      tok->add_eos = cfg["add_eos_token"].get<bool>() && tok->eos_id >= 0;
   }
 
   tok->build(std::move(o), merges);

@@ -13,6 +13,7 @@
 // parse_special is set (so a chat template's "<|im_start|>" becomes one token,
 // while the same string in user text stays text unless the caller asks).
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <memory>
 #include <optional>
 #include <span>
@@ -72,6 +73,10 @@ std::unique_ptr<Tokenizer> load_tokenizer_gguf(const GgufFile& gguf);
 // sits beside tokenizer.json, tokenizer_config.json. Anything unsupported (model
 // type, normalizer, pre-tokenizer pattern, decoder) is an mx::Error naming it.
 std::unique_ptr<Tokenizer> load_tokenizer_hf(const std::string& tokenizer_json_path);
+// The same from parsed JSON: tokenizer.json's content and tokenizer_config.json's
+// (null when there is none); `where` names the source in errors.
+std::unique_ptr<Tokenizer> parse_tokenizer_hf(const nlohmann::json& tokenizer_json,
+                                              const nlohmann::json& tokenizer_config, const std::string& where);
 
 // GPT-2's byte-to-unicode map used by byte-level BPE vocabularies: byte b is
 // spelled by this UTF-8 string ("Ġ" for ' ').

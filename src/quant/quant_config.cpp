@@ -1,6 +1,7 @@
 #include "quant/quant_config.h"
 
 #include <nlohmann/json.hpp>
+#include <cctype>
 #include <regex>
 
 #include "core/error.h"
@@ -42,9 +43,47 @@ void check_weight_spec(const json& w, const char* where) {
 
 }  // namespace
 
+namespace {
+
+// An entry's regex; std::regex_error becomes an mx::Error naming the pattern.
+// Patterns come from config.json files of any origin: libstdc++'s default
+// backtracking matcher takes exponential time on nested quantifiers (found by
+// fuzz/quant_exclude), its polynomial (breadth-first) one does not and gives the
+// same yes/no answer; it refuses backreferences, which layer names never need.
+std::regex compile_entry(const std::string& regex, const std::string& pattern) {
+  constexpr size_t kMaxPattern = 1024;
+  if (pattern.size() > kMaxPattern)
+    fail("exclude pattern '{}...' is {} bytes, over the limit of {}", pattern.substr(0, 64), pattern.size(), kMaxPattern);
+  // libstdc++ reads backreference numbers and {m,n} counts into a long without
+  // an overflow check (undefined behaviour on 20 digits; found by fuzz/quant_exclude).
+  for (size_t i = 0; i < regex.size(); ++i) {
+    if (regex[i] == '\\' && i + 1 < regex.size()) {
+      if (regex[i + 1] >= '1' && regex[i + 1] <= '9')
+        fail("exclude pattern '{}': backreferences are not supported", pattern);
+      ++i;
+    } else if (regex[i] == '{' || (regex[i] == ',' && i > 0 && std::isdigit((unsigned char)regex[i - 1]))) {
+      size_t d = 0;
+      while (i + 1 + d < regex.size() && std::isdigit((unsigned char)regex[i + 1 + d])) ++d;
+      if (d > 4) fail("exclude pattern '{}': a repetition count over 9999", pattern);
+    }
+  }
+  try {
+#ifdef __GLIBCXX__
+    return std::regex(regex, std::regex::ECMAScript | std::regex_constants::__polynomial);
+#else
+    return std::regex(regex);
+#endif
+  } catch (const std::regex_error& e) {
+    fail("exclude pattern '{}' is not a valid {}: {}", pattern, pattern.rfind("re:", 0) == 0 ? "regex" : "glob",
+         e.what());
+  }
+}
+
+}  // namespace
+
 bool exclude_matches(const std::string& entry, const std::string& name) {
   if (entry.rfind("re:", 0) == 0) {
-    std::regex re(entry.substr(3));
+    const std::regex re = compile_entry(entry.substr(3), entry);
     std::smatch m;
     return std::regex_search(name, m, re, std::regex_constants::match_continuous);
   }
@@ -69,14 +108,15 @@ const char* QuantConfig::method_name() const {
 
 std::string exclude_entry(const std::string& p) {
   if (p.rfind("re:", 0) == 0) {
-    try {
-      std::regex check(p.substr(3));
-    } catch (const std::regex_error& e) {
-      fail("exclude pattern '{}' is not a valid regex: {}", p, e.what());
-    }
+    compile_entry(p.substr(3), p);
     return p;
   }
-  if (p.find_first_of("*?[") != std::string::npos) return "re:" + glob_to_regex(p);
+  if (p.find_first_of("*?[") != std::string::npos) {
+    // A glob's brackets pass through: "[9-0]" is as invalid here as in the regex.
+    const std::string re = glob_to_regex(p);
+    compile_entry(re, p);
+    return "re:" + re;
+  }
   return p;
 }
 

@@ -136,6 +136,7 @@ struct HttpServer::Impl {
     ctx.served_model_name = opts.served_model_name;
     ctx.model_dir = opts.model_dir;
     ctx.context_length = int(c.max_position_embeddings);
+    ctx.limits = opts.limits;
     ctx.kv_capacity = int(std::min<int64_t>(int64_t(engine.metrics().kv_blocks_total) * opts.kv_block_size,
                                             std::numeric_limits<int>::max()));
     if (tok)
@@ -421,14 +422,7 @@ struct HttpServer::Impl {
       auto job = std::make_shared<Job>();
       job->arrival = Clock::now();
       job->guard = std::make_unique<ActiveGuard>(this);
-      const json body = parse_body(http.body);
-      try {
-        job->req = kind == ApiKind::Chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
-      } catch (const ApiError&) {
-        throw;
-      } catch (const Error& e) {  // e.g. the tokenizer refusing input
-        throw ApiError(400, e.what());
-      }
+      job->req = parse_request(kind, http.body, ctx);
       job->id = make_id(kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-");
       job->created = int64_t(std::time(nullptr));
       // Non-streamed requests wake their thread only at the end, unless a stop string must be watched.

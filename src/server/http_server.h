@@ -30,6 +30,7 @@
 
 #include "engine/engine.h"
 #include "server/metrics.h"
+#include "server/openai_api.h"
 
 namespace mx {
 class Tokenizer;
@@ -48,6 +49,7 @@ struct ServerOptions {
   int http_threads = 64;
   int keepalive_seconds = 10;  // SSE comment after this long without a chunk
   int kv_block_size = 16;      // EngineOptions::block_size (to know the KV capacity per sequence)
+  ApiLimits limits;            // per-request bounds (openai_api.h)
 };
 
 class HttpServer {

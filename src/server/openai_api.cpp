@@ -42,7 +42,7 @@ json parse_body(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
     std::string what = e.what();
     const size_t p = what.find("] ");
@@ -50,6 +50,17 @@ json parse_body(const std::string& body) {
   }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return j;
+}
+
+ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext& ctx) {
+  const json b = parse_body(body);
+  try {
+    return kind == ApiKind::Chat ? parse_chat_request(b, ctx) : parse_completion_request(b, ctx);
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {  // e.g. the tokenizer refusing input
+    throw ApiError(400, e.what());
+  }
 }
 
 std::string make_id(const std::string& prefix) {
@@ -164,7 +175,9 @@ void parse_common(const json& b, const ApiContext& ctx, ApiRequest& r) {
     if (st.is_string()) {
       r.stop.push_back(st.get<std::string>());
     } else if (st.is_array()) {
-      if (st.size() > 4) throw ApiError(400, "'stop' may hold at most 4 strings", "stop");
+      if (st.size() > size_t(ctx.limits.max_stop))
+        throw ApiError(400, fmt::format("'stop' may hold at most {} strings, got {}", ctx.limits.max_stop, st.size()),
+                       "stop");
       for (const auto& x : st) {
         if (!x.is_string()) throw ApiError(400, "'stop' must be a string or an array of strings", "stop");
         r.stop.push_back(x.get<std::string>());
@@ -172,14 +185,23 @@ void parse_common(const json& b, const ApiContext& ctx, ApiRequest& r) {
     } else {
       throw ApiError(400, "'stop' must be a string or an array of strings", "stop");
     }
-    for (const auto& x : r.stop)
+    for (const auto& x : r.stop) {
       if (x.empty()) throw ApiError(400, "'stop' strings must not be empty", "stop");
+      if (x.size() > size_t(ctx.limits.max_stop_bytes))
+        throw ApiError(400, fmt::format("a 'stop' string is {} bytes, over the limit of {}", x.size(),
+                                        ctx.limits.max_stop_bytes),
+                       "stop");
+    }
     if (!r.stop.empty() && !ctx.tokenizer)
       throw ApiError(400, "stop strings need a tokenizer and this model has none; use stop_token_ids", "stop");
   }
   if (has(b, "stop_token_ids")) {
     const json& st = b["stop_token_ids"];
     if (!st.is_array()) throw ApiError(400, "'stop_token_ids' must be an array of token ids", "stop_token_ids");
+    if (st.size() > size_t(ctx.limits.max_stop_token_ids))
+      throw ApiError(400, fmt::format("'stop_token_ids' may hold at most {} ids, got {}", ctx.limits.max_stop_token_ids,
+                                      st.size()),
+                     "stop_token_ids");
     for (const auto& x : st) {
       if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > std::numeric_limits<int32_t>::max())
         throw ApiError(400, "'stop_token_ids' must be an array of token ids", "stop_token_ids");
@@ -204,8 +226,17 @@ void resolve_max_tokens(const json& b, const char* key, int def, const ApiContex
   const int64_t v = get_int(b, key, def);
   if (given && v < 1) throw ApiError(400, fmt::format("'{}' must be at least 1, got {}", key, v), key);
   if (v > std::numeric_limits<int>::max()) throw ApiError(400, fmt::format("'{}' is too large", key), key);
+  const int cap = ctx.limits.max_tokens;
+  if (given && cap > 0 && v > cap)
+    throw ApiError(400, fmt::format("'{}' = {} exceeds this server's limit of {}", key, v, cap), key);
   const int64_t limit = ctx.kv_capacity > 0 ? std::min(ctx.context_length, ctx.kv_capacity) : ctx.context_length;
+  const char* prompt_param = r.kind == ApiKind::Chat ? "messages" : "prompt";
   for (const auto& p : r.prompts) {
+    if (ctx.limits.max_prompt_tokens > 0 && int64_t(p.size()) > ctx.limits.max_prompt_tokens)
+      throw ApiError(400,
+                     fmt::format("the prompt ({} tokens) exceeds this server's limit of {} prompt tokens", p.size(),
+                                 ctx.limits.max_prompt_tokens),
+                     prompt_param, "context_length_exceeded");
     const int64_t room = limit - int64_t(p.size());
     if (room < 1)
       throw ApiError(400,
@@ -216,7 +247,7 @@ void resolve_max_tokens(const json& b, const char* key, int def, const ApiContex
                          : fmt::format("the prompt ({} tokens) leaves no room to generate in the model's context of "
                                        "{} tokens",
                                        p.size(), ctx.context_length),
-                     r.kind == ApiKind::Chat ? "messages" : "prompt", "context_length_exceeded");
+                     prompt_param, "context_length_exceeded");
     if (given && int64_t(p.size()) + v > ctx.context_length)
       throw ApiError(400,
                      fmt::format("the prompt ({} tokens) + {} ({}) = {} tokens exceeds the model's context of {} "
@@ -224,7 +255,7 @@ void resolve_max_tokens(const json& b, const char* key, int def, const ApiContex
                                  p.size(), key, v, int64_t(p.size()) + v, ctx.context_length),
                      key, "context_length_exceeded");
     // Defaults are cut to what fits; explicit values are not.
-    r.max_tokens.push_back(int(given ? v : std::min<int64_t>(v, room)));
+    r.max_tokens.push_back(int(given ? v : std::min<int64_t>({v, room, cap > 0 ? cap : v})));
   }
 }
 
@@ -258,6 +289,10 @@ ApiRequest parse_completion_request(const json& b, const ApiContext& ctx) {
     r.prompts.push_back(encode_text(ctx, p.get<std::string>(), "prompt"));
   } else if (p.is_array()) {
     if (p.empty()) throw ApiError(400, "'prompt' is empty", "prompt");
+    if (!p[0].is_number() && p.size() > size_t(ctx.limits.max_prompts))
+      throw ApiError(400, fmt::format("'prompt' holds {} prompts, over this server's limit of {} per request", p.size(),
+                                      ctx.limits.max_prompts),
+                     "prompt");
     if (p[0].is_number()) {
       r.prompts.push_back(token_array(p, "prompt"));
     } else if (p[0].is_string()) {

@@ -46,12 +46,23 @@ nlohmann::json error_body(const ApiError& e);
 
 enum class ApiKind { Completion, Chat };
 
+// Bounds on what one request may ask for (each a 400 naming the field when exceeded).
+struct ApiLimits {
+  int max_tokens = 0;          // largest max_tokens / max_completion_tokens (0: the context); defaults are cut to it
+  int max_prompt_tokens = 0;   // longest prompt in tokens (0: the context less one)
+  int max_prompts = 64;        // prompts (choices) in one /v1/completions request
+  int max_stop = 4;            // stop strings (OpenAI's limit)
+  int max_stop_bytes = 1024;   // bytes of one stop string
+  int max_stop_token_ids = 256;
+};
+
 struct ApiContext {
   const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
   std::string served_model_name;
   int context_length = 0;  // the model's max positions
   std::string model_dir;   // passed to render_chat (ChatTemplateOptions::model_dir)
   int kv_capacity = 0;     // tokens one sequence can hold in the KV cache (0: unknown); defaults are cut to it
+  ApiLimits limits;
 };
 
 struct ApiRequest {
@@ -67,12 +78,17 @@ struct ApiRequest {
   bool logprobs = false;
 };
 
-// Both throw ApiError (400 bad field, 404 unknown model).
+// Both throw ApiError (400 bad field or a limit of ctx.limits exceeded, 404 unknown model).
 ApiRequest parse_completion_request(const nlohmann::json& body, const ApiContext& ctx);
 ApiRequest parse_chat_request(const nlohmann::json& body, const ApiContext& ctx);
 
 // Parses a request body; 400 ApiError for invalid JSON or a non-object.
 nlohmann::json parse_body(const std::string& body);
+
+// A request body as the HTTP server receives it -> the validated request: the
+// whole of the server's input validation, without a model (fuzz/openai_request.cpp).
+// Throws ApiError only (the tokenizer's or template's mx::Error become a 400).
+ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext& ctx);
 
 // "cmpl-" / "chatcmpl-" + 24 random hex digits.
 std::string make_id(const std::string& prefix);

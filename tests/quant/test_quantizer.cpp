@@ -127,6 +127,20 @@ TEST(Quantizer, ExcludePatternsExactGlobAndRegex) {
   EXPECT_NO_THROW(load_model(q.dst.path().string()));
 }
 
+// Found by fuzz/quant_exclude: a glob's invalid bracket range escaped as a bare std::regex_error.
+TEST(Quantizer, InvalidGlobOrRegexIsAnErrorNamingThePattern) {
+  for (const std::string p : {"model.layers.[9-0].*", "re:model.(layers", "re:.\\33333333333333333333",
+                              "re:a{99999999999999999999}"}) {
+    try {
+      (void)exclude_entry(p);
+      ADD_FAILURE() << p;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((void)exclude_matches("re:[9-0]", "x"), Error);
+  }
+}
+
 TEST(Quantizer, PatternMatchingNothingWarnsOrFailsUnderStrict) {
   QuantizeOptions o;
   o.exclude = {"model.layers.9.nothing"};

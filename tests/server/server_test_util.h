@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <gtest/gtest.h>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "engine/generate.h"
 #include "io/gguf.h"
 #include "io/tokenizer.h"
 #include "models/model.h"
@@ -83,6 +85,7 @@ class TestServer {
     std::string tokenizer;  // tokenizer.json path, or "" for none
     std::string name = "test-model";
     int http_threads = 96;
+    mx::server::ApiLimits limits;
   };
   TestServer(const std::string& model_path, const Options& o) {
     // One compute thread: the engine, HTTP and client threads already share the
@@ -96,6 +99,8 @@ class TestServer {
     so.port = 0;
     so.served_model_name = o.name;
     so.http_threads = o.http_threads;
+    so.limits = o.limits;
+    so.kv_block_size = o.engine.block_size;
     http_ = std::make_unique<mx::server::HttpServer>(*engine_, tok_.get(), so);
     port_ = http_->bind();
     engine_->start();
@@ -222,5 +227,72 @@ inline std::string wait_metrics(int port, const std::function<bool(const std::st
 }
 
 inline std::vector<int32_t> ids_of(const json& a) { return a.get<std::vector<int32_t>>(); }
+
+// A prompt of len ids starting with BOS, different for each i.
+inline std::vector<int32_t> prompt_of(int i, int len) {
+  std::vector<int32_t> p = {1};
+  for (int j = 1; j < len; ++j) p.push_back(3 + (i * 37 + j * 11) % 500);
+  return p;
+}
+
+// What the single-request generator makes of p (the server must answer the same).
+inline std::vector<int32_t> reference(mx::Model& m, const std::vector<int32_t>& p, int max_tokens, float temp = 0,
+                               uint64_t seed = 0, bool ignore_eos = false) {
+  mx::GenerateOptions o;
+  o.max_tokens = max_tokens;
+  o.sampling.temperature = temp;
+  o.sampling.seed = seed;
+  o.ignore_eos = ignore_eos;
+  return mx::generate(m, p, o).tokens;
+}
+
+// Every error is OpenAI's {"error": {"message", "type", "param", "code"}}.
+inline void expect_error(const HttpResult& r, int status, const std::string& fragment = "") {
+  EXPECT_EQ(r.status, status) << r.body;
+  ASSERT_TRUE(r.j.is_object() && r.j.contains("error")) << r.body;
+  const json& e = r.j["error"];
+  ASSERT_TRUE(e.is_object()) << r.body;
+  EXPECT_TRUE(e.contains("message") && e["message"].is_string() && !e["message"].get<std::string>().empty()) << r.body;
+  EXPECT_TRUE(e.contains("type") && e["type"].is_string()) << r.body;
+  EXPECT_TRUE(e.contains("param")) << r.body;
+  EXPECT_TRUE(e.contains("code")) << r.body;
+  if (!fragment.empty()) {
+    EXPECT_NE(e["message"].get<std::string>().find(fragment), std::string::npos) << r.body;
+  }
+}
+
+inline TestServer::Options stories_opts(int max_running = 16) {
+  TestServer::Options o;
+  o.engine.max_running = max_running;
+  o.name = "stories260K";
+  return o;
+}
+
+// Concatenated stream: text and token ids of choice 0.
+struct Joined {
+  std::string text;
+  std::vector<int32_t> ids;
+  std::string finish;
+  int finishes = 0;
+};
+inline Joined join_stream(const SseResult& s, bool chat) {
+  Joined j;
+  for (const json& c : s.chunks) {
+    if (c["choices"].empty()) continue;
+    const json& ch = c["choices"][0];
+    if (chat) {
+      if (ch["delta"].contains("content")) j.text += ch["delta"]["content"].get<std::string>();
+    } else {
+      j.text += ch["text"].get<std::string>();
+    }
+    for (int32_t id : ch["token_ids"]) j.ids.push_back(id);
+    if (!ch["finish_reason"].is_null()) {
+      j.finish = ch["finish_reason"];
+      ++j.finishes;
+    }
+  }
+  return j;
+}
+
 
 }  // namespace mxtest

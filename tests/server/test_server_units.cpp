@@ -185,6 +185,8 @@ TEST(OpenAiApi, ParsesPromptsAndSampling) {
   }
   EXPECT_THROW(parse_body("{"), ApiError);
   EXPECT_THROW(parse_body("[1]"), ApiError);
+  // A number too large for a double is a 400 too (found by fuzz/openai_request: it escaped as a 500).
+  EXPECT_THROW(parse_body(R"({"max_tokens": 4e443})"), ApiError);
   json eb = error_body(ApiError(400, "bad", "x"));
   EXPECT_EQ(eb["error"]["message"], "bad");
   EXPECT_EQ(eb["error"]["type"], "invalid_request_error");
