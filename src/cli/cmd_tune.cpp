@@ -5,10 +5,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <fstream>
 #include <set>
-#include <sstream>
+#include <sstream>  // split_list
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -80,20 +79,18 @@ Command add_tune(CLI::App& app) {
             a->opts.min_s = a->min_ms / 1000.0;
             std::vector<Isa> isas;
             for (const std::string& t : split_list(a->isas)) {
-              Isa i = Isa::Scalar;
-              if (t == "avx2") i = Isa::Avx2;
-              else if (t == "avx512") i = Isa::Avx512;
-              else MX_CHECK(t == "scalar", "tune: unknown isa '{}' (scalar, avx2, avx512)", t);
-              isas.push_back(i);
+              const auto i = isa_from_name(t);
+              MX_CHECK(i, "tune: unknown isa '{}' (scalar, avx2, avx512)", t);
+              isas.push_back(*i);
             }
             if (isas.empty())
               for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
                 if (i <= best_isa()) isas.push_back(i);
             std::vector<DType> dtypes;
             for (const std::string& t : split_list(a->dtypes)) {
-              if (t == "MXFP4") dtypes.push_back(DType::MXFP4);
-              else if (auto d = dtype_from_name(t)) dtypes.push_back(*d);
-              else fail("tune: unknown dtype '{}'", t);
+              const auto d = kernel_dtype_from_name(t);
+              MX_CHECK(d, "tune: unknown dtype '{}'", t);
+              dtypes.push_back(*d);
             }
             std::vector<TunedEntry> entries;
             ThreadPool& pool = global_pool();
@@ -126,14 +123,7 @@ Command add_tune(CLI::App& app) {
             std::vector<TunedEntry> base;
             std::string about = fmt::format("Written by mxserve tune ({} threads, CPU {}).", pool.size(),
                                             cpu_features_string());
-            if (!a->replace && std::filesystem::exists(a->out)) {
-              std::ifstream f(a->out, std::ios::binary);
-              std::stringstream ss;
-              ss << f.rdbuf();
-              base = parse_kernel_configs(ss.str(), a->out);
-              if (auto j = nlohmann::json::parse(ss.str(), nullptr, false); j.is_object() && j.contains("about"))
-                about = j["about"].get<std::string>();
-            }
+            if (!a->replace && std::filesystem::exists(a->out)) base = load_kernel_configs(a->out, &about);
             const auto merged = merge_kernel_configs(std::move(base), entries);
             std::ofstream f(a->out, std::ios::binary | std::ios::trunc);
             MX_CHECK(f.good(), "tune: cannot write {}", a->out);

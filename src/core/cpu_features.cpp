@@ -54,6 +54,12 @@ const CpuFeatures& cpu_features() {
   return f;
 }
 
+std::optional<Isa> isa_from_name(std::string_view name) {
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (name == isa_name(i)) return i;
+  return std::nullopt;
+}
+
 const char* isa_name(Isa i) {
   switch (i) {
     case Isa::Scalar: return "scalar";
@@ -70,11 +76,9 @@ Isa best_isa() {
     if (f.avx2) hw = Isa::Avx2;
     if (f.avx512f && f.avx512bw && f.avx512vl) hw = Isa::Avx512;
     if (const char* env = std::getenv("MXSERVE_ISA")) {
-      Isa want;
-      if (!std::strcmp(env, "scalar")) want = Isa::Scalar;
-      else if (!std::strcmp(env, "avx2")) want = Isa::Avx2;
-      else if (!std::strcmp(env, "avx512")) want = Isa::Avx512;
-      else fail("MXSERVE_ISA={} is not one of scalar, avx2, avx512", env);
+      const std::optional<Isa> parsed = isa_from_name(env);
+      if (!parsed) fail("MXSERVE_ISA={} is not one of scalar, avx2, avx512", env);
+      const Isa want = *parsed;
       MX_CHECK(int(want) <= int(hw), "MXSERVE_ISA={} but this CPU supports at most {}", env,
                isa_name(hw));
       return want;

@@ -2,7 +2,9 @@
 // Instruction sets available at run time. Kernels are compiled for several ISAs
 // and one is chosen per process; MXSERVE_ISA=scalar|avx2|avx512 forces a lower one
 // (tests use it to compare paths).
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace mx {
 
@@ -17,6 +19,7 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 Isa best_isa();            // highest usable ISA, honouring MXSERVE_ISA
 const char* isa_name(Isa);
+std::optional<Isa> isa_from_name(std::string_view name);  // "scalar", "avx2", "avx512"
 std::string cpu_features_string();
 
 }  // namespace mx

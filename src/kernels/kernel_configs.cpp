@@ -17,35 +17,28 @@ extern const char kTunedConfigsJson[];  // generated from kernels/cpu/tuned_conf
 
 namespace {
 
-Isa isa_from_name(const std::string& s, const std::string& where) {
-  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-    if (s == isa_name(i)) return i;
-  fail("{}: unknown isa '{}' (scalar, avx2, avx512)", where, s);
-}
-
-DType config_dtype(const std::string& s, const std::string& where) {
-  if (s == dtype_name(DType::MXFP4)) return DType::MXFP4;
-  if (auto d = dtype_from_name(s)) return *d;
-  fail("{}: unknown dtype '{}'", where, s);
-}
-
 auto sort_key(const TunedEntry& e) { return std::make_tuple(e.op, int(e.isa), int(e.dtype), e.out, e.in); }
 
 std::mutex g_mu;
 std::vector<std::string> g_files;
 bool g_built = false;
 
-std::vector<TunedEntry> read_file(const std::string& path) {
+}  // namespace
+
+std::optional<DType> kernel_dtype_from_name(std::string_view s) {
+  if (s == dtype_name(DType::MXFP4)) return DType::MXFP4;
+  return dtype_from_name(s);
+}
+
+std::vector<TunedEntry> load_kernel_configs(const std::string& path, std::string* about) {
   std::ifstream f(path, std::ios::binary);
   MX_CHECK(f.good(), "kernel configs: cannot read {}", path);
   std::stringstream ss;
   ss << f.rdbuf();
-  return parse_kernel_configs(ss.str(), path);
+  return parse_kernel_configs(ss.str(), path, about);
 }
 
-}  // namespace
-
-std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::string& origin) {
+std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::string& origin, std::string* about) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -56,6 +49,7 @@ std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::s
            "{}: not an mxserve kernel config file (\"format\": \"mxserve-kernel-configs\" missing)", origin);
   MX_CHECK(j.value("version", 0) == 1, "{}: unsupported version {}", origin, j.value("version", 0));
   MX_CHECK(j.contains("entries") && j["entries"].is_array(), "{}: \"entries\" must be an array", origin);
+  if (about && j.contains("about") && j["about"].is_string()) *about = j["about"].get<std::string>();
   std::vector<TunedEntry> out;
   for (size_t i = 0; i < j["entries"].size(); ++i) {
     const auto& e = j["entries"][i];
@@ -63,10 +57,15 @@ std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::s
     try {
       TunedEntry t;
       t.op = e.at("op").get<std::string>();
-      t.dtype = config_dtype(e.at("dtype").get<std::string>(), where);
+      const std::string dt = e.at("dtype").get<std::string>(), isa = e.at("isa").get<std::string>();
+      const auto dtype = kernel_dtype_from_name(dt);
+      MX_CHECK(dtype, "{}: unknown dtype '{}'", where, dt);
+      t.dtype = *dtype;
       t.out = e.at("out").get<int64_t>();
       t.in = e.at("in").get<int64_t>();
-      t.isa = isa_from_name(e.at("isa").get<std::string>(), where);
+      const auto parsed_isa = isa_from_name(isa);
+      MX_CHECK(parsed_isa, "{}: unknown isa '{}' (scalar, avx2, avx512)", where, isa);
+      t.isa = *parsed_isa;
       KernelConfig& c = t.cfg;
       c.gemv_rows = e.at("gemv_rows").get<int>();
       c.tile_tokens = e.at("tile_tokens").get<int>();
@@ -139,7 +138,7 @@ std::span<const TunedEntry> tuned_table() {
       for (std::string p; std::getline(ss, p, ':');)
         if (!p.empty()) files.push_back(p);
     }
-    for (const std::string& f : files) t = merge_kernel_configs(std::move(t), read_file(f));
+    for (const std::string& f : files) t = merge_kernel_configs(std::move(t), load_kernel_configs(f));
     return t;
   }();
   return table;

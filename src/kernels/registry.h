@@ -18,6 +18,7 @@
 // naming the shape instead. Lookups are cached per thread (lock-free after the
 // first call for a key), so the matmul paths consult the registry on every call.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,7 +61,12 @@ void set_kernel_config_files(std::vector<std::string> paths);
 
 // The JSON format (kernels/cpu/tuned_configs.json). parse throws mx::Error
 // naming `origin` and the bad entry; write emits one entry per line.
-std::vector<TunedEntry> parse_kernel_configs(std::string_view json, const std::string& origin);
+// about (optional): receives the file's "about" text, if it has one.
+std::vector<TunedEntry> parse_kernel_configs(std::string_view json, const std::string& origin,
+                                             std::string* about = nullptr);
+std::vector<TunedEntry> load_kernel_configs(const std::string& path, std::string* about = nullptr);
+// Weight dtype names in config files: the safetensors spellings plus "MXFP4".
+std::optional<DType> kernel_dtype_from_name(std::string_view name);
 std::string write_kernel_configs(const std::vector<TunedEntry>& entries, const std::string& about);
 // Entries of `base` with those of `over` replacing equal keys, sorted by (op, isa, dtype, out, in).
 std::vector<TunedEntry> merge_kernel_configs(std::vector<TunedEntry> base, const std::vector<TunedEntry>& over);

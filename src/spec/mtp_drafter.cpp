@@ -58,43 +58,30 @@ void MtpDrafter::propose(std::span<SpecSeq> seqs, const float* hidden) {
   model_.forward_mtp(0, batch_, pool_, prev_.data(), logits_.data(), hidden_out_.data());
   // Chain: the next slot takes the last draft and the MTP layer's own output hidden.
   for (int depth = 1;; ++depth) {
-    Batch& b = batch_;
-    // Gather the rows that drafted (the last row of each wanting sequence).
-    std::vector<int>& prev_active = active_;
-    int lrow = 0, trow = 0;
-    std::vector<int> next;
-    std::vector<float> next_prev;
-    for (size_t a = 0; a < prev_active.size(); ++a) {
-      SpecSeq& s = seqs[prev_active[a]];
-      const int n = b.seqs[a].n_tokens;
-      trow += n;
-      if (s.want < depth) continue;
-      draw(s, logits_.data() + size_t(lrow++) * V_);
-      if (s.want == depth) continue;
+    next_.clear();
+    next_pos_.clear();
+    next_prev_.clear();
+    for (size_t a = 0, lrow = 0, trow = 0; a < active_.size(); ++a) {
+      SpecSeq& s = seqs[active_[a]];
+      const BatchSeq& bs = batch_.seqs[a];
+      trow += bs.n_tokens;  // past this sequence's last row
+      if (s.want < depth) continue;  // no logits row: it wanted no draft
+      draw(s, logits_.data() + (lrow++) * V_);
       // Room for the next MTP slot; without it the draft stays shorter.
-      const int pos = b.seqs[a].start_pos + n;
-      if (!s.kv->reserve(pool_, pos + 1)) continue;
-      next.push_back(prev_active[a]);
-      next_prev.insert(next_prev.end(), hidden_out_.begin() + size_t(trow - 1) * D_,
-                       hidden_out_.begin() + size_t(trow) * D_);
+      const int pos = bs.start_pos + bs.n_tokens;
+      if (s.want == depth || !s.kv->reserve(pool_, pos + 1)) continue;
+      next_.push_back(active_[a]);
+      next_pos_.push_back(pos);
+      next_prev_.insert(next_prev_.end(), hidden_out_.begin() + (trow - 1) * D_, hidden_out_.begin() + trow * D_);
     }
-    if (next.empty()) return;
-    // Positions of the next slots, read before the batch is rebuilt.
-    std::vector<int> pos(next.size());
-    for (size_t j = 0, a = 0; j < next.size(); ++j) {
-      while (prev_active[a] != next[j]) ++a;
-      pos[j] = b.seqs[a].start_pos + b.seqs[a].n_tokens;
-    }
-    b.clear();
-    for (size_t j = 0; j < next.size(); ++j) {
-      SpecSeq& s = seqs[next[j]];
-      b.add(s.kv, &s.draft->back(), 1, pos[j], true);
-    }
-    active_ = std::move(next);
-    prev_ = std::move(next_prev);
+    if (next_.empty()) return;
+    batch_.clear();
+    for (size_t j = 0; j < next_.size(); ++j) batch_.add(seqs[next_[j]].kv, &seqs[next_[j]].draft->back(), 1, next_pos_[j], true);
+    active_.swap(next_);
+    prev_.swap(next_prev_);
     hidden_out_.resize(active_.size() * size_t(D_));
     logits_.resize(active_.size() * size_t(V_));
-    model_.forward_mtp(0, b, pool_, prev_.data(), logits_.data(), hidden_out_.data());
+    model_.forward_mtp(0, batch_, pool_, prev_.data(), logits_.data(), hidden_out_.data());
   }
 }
 

@@ -37,6 +37,8 @@ class MtpDrafter final : public Drafter {
   Batch batch_;
   std::vector<float> prev_, hidden_out_, logits_;
   std::vector<int> active_;  // sequences in the current MTP batch, in batch order
+  std::vector<int> next_, next_pos_;  // the next chained step's sequences and their positions
+  std::vector<float> next_prev_;      // ... and the hidden states they continue from
 };
 
 }  // namespace mx

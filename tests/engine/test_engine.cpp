@@ -8,9 +8,12 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "models/model.h"
+#include "engine/engine_test_util.h"
 #include "test_util.h"
 
 using namespace mx;
+using mxtest::Collected;
+using mxtest::submit;
 
 namespace {
 
@@ -31,27 +34,6 @@ GenerateResult solo_run(Model& m, const std::vector<int32_t>& p, int max_tokens,
 }
 std::vector<int32_t> solo(Model& m, const std::vector<int32_t>& p, int max_tokens, float temp = 0, uint64_t seed = 0) {
   return solo_run(m, p, max_tokens, temp, seed).tokens;
-}
-
-struct Collected {
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, TokenEvent> final;
-};
-
-uint64_t submit(Engine& e, Collected& c, const std::vector<int32_t>& p, int max_tokens, float temp = 0,
-                uint64_t seed = 0) {
-  GenerationRequest r;
-  r.prompt = p;
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = temp;
-  r.sampling.seed = seed;
-  auto id = std::make_shared<uint64_t>(0);
-  uint64_t got = e.submit(r, [&c, id](const TokenEvent& ev) {
-    if (ev.token >= 0) c.tokens[*id].push_back(ev.token);
-    if (ev.finished) c.final[*id] = ev;
-  });
-  *id = got;
-  return got;
 }
 
 }  // namespace

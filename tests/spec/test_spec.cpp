@@ -14,9 +14,12 @@
 #include "models/synthetic.h"
 #include "spec/ngram.h"
 #include "spec/verify.h"
+#include "engine/engine_test_util.h"
 #include "test_util.h"
 
 using namespace mx;
+using mxtest::Collected;
+using mxtest::submit;
 
 namespace {
 
@@ -35,26 +38,6 @@ std::vector<int32_t> prompt_of(int i, int len, int vocab) {
   return p;
 }
 
-struct Outputs {
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, std::string> reason;
-};
-
-uint64_t submit(Engine& e, Outputs& run, const std::vector<int32_t>& p, int max_tokens, float temp = 0,
-                uint64_t seed = 0) {
-  GenerationRequest r;
-  r.prompt = p;
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = temp;
-  r.sampling.seed = seed;
-  auto id = std::make_shared<uint64_t>(0);
-  *id = e.submit(r, [&run, id](const TokenEvent& ev) {
-    if (ev.token >= 0) run.tokens[*id].push_back(ev.token);
-    if (ev.finished) run.reason[*id] = ev.finish_reason;
-  });
-  return *id;
-}
-
 std::vector<int32_t> plain(Model& m, const std::vector<int32_t>& p, int max_tokens) {
   GenerateOptions o;
   o.max_tokens = max_tokens;
@@ -70,7 +53,7 @@ EngineMetrics expect_greedy_identical(std::unique_ptr<Model> spec_model, Model& 
   eo.max_running = std::min(eo.max_running, 6);
   const int V = ref.config().vocab_size;
   Engine e(std::move(spec_model), eo);
-  Outputs run;
+  Collected run;
   std::map<uint64_t, std::vector<int32_t>> want;
   for (int i = 0; i < n_requests; ++i) {
     // Some prompts repeat a phrase, so n-gram lookup has something to find.
@@ -194,7 +177,7 @@ TEST(SpecDecoding, SampledRequestsAreSeededAndMixWithGreedy) {
   eo.spec = s;
   auto run_once = [&] {
     Engine e(stories_with_head(), eo);
-    Outputs run;
+    Collected run;
     std::vector<uint64_t> ids;
     for (int i = 0; i < 6; ++i) ids.push_back(submit(e, run, prompt_of(i, 10, 512), 40, i % 2 ? 0.9f : 0.0f, 7 + i));
     e.run_until_idle();
