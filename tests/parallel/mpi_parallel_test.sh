@@ -10,6 +10,11 @@ command -v mpirun >/dev/null || { echo "mpirun not found: skipped"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export MXSERVE_THREADS=1
+# In the sanitizer build (tools/test-hardening.sh) OpenMPI's dlopen'd components
+# leak at exit and are unloaded before LeakSanitizer reports, so no suppression
+# can name them: the MPI ranks run without leak detection (ASan's other checks
+# stay on); the one-process reference run keeps it.
+RANK_ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 PROMPT="1 17 42 99 5 250 3 8 77 123 64 2 9 31 200 11 12"
@@ -18,7 +23,7 @@ for arch in glm4_moe qwen3_moe deepseek_v3; do
   "$MX" make-test-model --arch "$arch" --preset tiny --out "$TMP/$arch" >/dev/null
   ref=$("$MX" generate --model "$TMP/$arch" --prompt-ids "$PROMPT" --max-tokens 24 --temperature 0 --ignore-eos --print-ids)
   for par in "--tp 2" "--ep 2" "--tp 2 --ep 2"; do
-    out=$(timeout 300 mpirun -np 2 --oversubscribe "$MX" generate --model "$TMP/$arch" --prompt-ids "$PROMPT" \
+    out=$(ASAN_OPTIONS=$RANK_ASAN_OPTIONS timeout 300 mpirun -np 2 --oversubscribe "$MX" generate --model "$TMP/$arch" --prompt-ids "$PROMPT" \
           --max-tokens 24 --temperature 0 --ignore-eos --comm-stats $par 2>"$TMP/err") || {
       if grep -q "built without MPI" "$TMP/err"; then echo "mxserve built without MPI: skipped"; exit 77; fi
       echo "FAIL $arch $par: mpirun failed"; cat "$TMP/err"; fail=1; continue; }
