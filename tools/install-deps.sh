@@ -8,7 +8,8 @@ PKGS=(g++ cmake ninja-build pkg-config
       libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
       openmpi-bin libopenmpi-dev
       python3-numpy python3-torch
-      clang-14 libclang-rt-14-dev)  # sanitizer + libFuzzer build (tools/test-hardening.sh)
+      clang-14 libclang-rt-14-dev   # sanitizer + libFuzzer build (tools/test-hardening.sh)
+      hipcc libamdhip64-dev rocm-device-libs)  # the HIP backend, compiled (no GPU needed)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

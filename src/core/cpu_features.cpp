@@ -55,8 +55,8 @@ const CpuFeatures& cpu_features() {
 }
 
 std::optional<Isa> isa_from_name(std::string_view name) {
-  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-    if (name == isa_name(i)) return i;
+  for (int i = 0; i <= int(Isa::Gfx1030); ++i)
+    if (name == isa_name(Isa(i))) return Isa(i);
   return std::nullopt;
 }
 
@@ -65,6 +65,11 @@ const char* isa_name(Isa i) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Sm80: return "sm80";
+    case Isa::Sm90: return "sm90";
+    case Isa::Gfx90a: return "gfx90a";
+    case Isa::Gfx940: return "gfx940";
+    case Isa::Gfx1030: return "gfx1030";
   }
   return "?";
 }
@@ -77,7 +82,7 @@ Isa best_isa() {
     if (f.avx512f && f.avx512bw && f.avx512vl) hw = Isa::Avx512;
     if (const char* env = std::getenv("MXSERVE_ISA")) {
       const std::optional<Isa> parsed = isa_from_name(env);
-      if (!parsed) fail("MXSERVE_ISA={} is not one of scalar, avx2, avx512", env);
+      if (!parsed || is_gpu_isa(*parsed)) fail("MXSERVE_ISA={} is not one of scalar, avx2, avx512", env);
       const Isa want = *parsed;
       MX_CHECK(int(want) <= int(hw), "MXSERVE_ISA={} but this CPU supports at most {}", env,
                isa_name(hw));

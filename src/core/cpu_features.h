@@ -8,7 +8,10 @@
 
 namespace mx {
 
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// CPU ISAs, then the GPU architectures the GPU backend is compiled for (the
+// tuned-kernel registry keys GPU kernels by them too; kernels/backend.h).
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Sm80 = 3, Sm90 = 4, Gfx90a = 5, Gfx940 = 6, Gfx1030 = 7 };
+inline bool is_gpu_isa(Isa i) { return int(i) >= int(Isa::Sm80); }
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
@@ -19,7 +22,8 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 Isa best_isa();            // highest usable ISA, honouring MXSERVE_ISA
 const char* isa_name(Isa);
-std::optional<Isa> isa_from_name(std::string_view name);  // "scalar", "avx2", "avx512"
+// "scalar", "avx2", "avx512", "sm80", "sm90", "gfx90a", "gfx940", "gfx1030"
+std::optional<Isa> isa_from_name(std::string_view name);
 std::string cpu_features_string();
 
 }  // namespace mx

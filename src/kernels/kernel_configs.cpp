@@ -64,7 +64,7 @@ std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::s
       t.out = e.at("out").get<int64_t>();
       t.in = e.at("in").get<int64_t>();
       const auto parsed_isa = isa_from_name(isa);
-      MX_CHECK(parsed_isa, "{}: unknown isa '{}' (scalar, avx2, avx512)", where, isa);
+      MX_CHECK(parsed_isa, "{}: unknown isa '{}' (scalar, avx2, avx512, sm80, sm90, gfx90a, gfx940, gfx1030)", where, isa);
       t.isa = *parsed_isa;
       KernelConfig& c = t.cfg;
       c.gemv_rows = e.at("gemv_rows").get<int>();

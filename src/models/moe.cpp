@@ -19,6 +19,8 @@ MoeBlock::MoeBlock(WeightBinder& wb, const std::string& p, const ModelConfig& c)
   router_ = wb.linear(p + ".gate", p + ".router", E, H);
   if (m_.sigmoid_router)
     bias_ = wb.need(p + ".gate.e_score_correction_bias", p + ".router_bias", {E}, MX_FLOAT_WEIGHTS);
+  if (!bias_.empty())
+    for (int e = 0; e < E; ++e) bias_f32_.push_back(load_as_f32(bias_.data, bias_.dtype, e));
   // EP: whole experts [e0, e0 + E / P) here; TP: every expert's hidden split.
   const bool ep = plan_.ep_on(), tp = plan_.tp_on() && !ep;
   const int e0 = ep ? plan_.begin(E) : 0, el = ep ? plan_.part(E, "experts") : E;
@@ -56,56 +58,9 @@ size_t MoeBlock::scratch_bytes(int T) const {
 }
 
 void MoeBlock::route(const float* logits, int32_t* idx, float* w) const {
-  const int E = m_.n_routed_experts, k = m_.num_experts_per_tok;
-  // Fixed-size scratch on the stack (E <= kMaxExperts): routing runs per token
-  // in the decode loop and must not allocate.
-  float score[kMaxExperts], choice[kMaxExperts];
-  int order[kMaxExperts];
-  if (m_.sigmoid_router) {
-    for (int e = 0; e < E; ++e) {
-      score[e] = 1.0f / (1.0f + std::exp(-logits[e]));
-      choice[e] = score[e] + load_as_f32(bias_.data, bias_.dtype, e);
-    }
-    if (m_.n_group > 1) {
-      const int per = E / m_.n_group;
-      float gscore[kMaxExperts];
-      for (int g = 0; g < m_.n_group; ++g) {
-        const float* c = choice + g * per;
-        float a = -INFINITY, b = -INFINITY;  // two largest
-        for (int i = 0; i < per; ++i) {
-          if (c[i] > a) b = a, a = c[i];
-          else if (c[i] > b) b = c[i];
-        }
-        gscore[g] = per >= 2 ? a + b : a;
-      }
-      int gorder[kMaxExperts];
-      bool keep[kMaxExperts] = {};
-      std::iota(gorder, gorder + m_.n_group, 0);
-      std::stable_sort(gorder, gorder + m_.n_group, [&](int x, int y) { return gscore[x] > gscore[y]; });
-      for (int i = 0; i < m_.topk_group; ++i) keep[gorder[i]] = true;
-      for (int e = 0; e < E; ++e)
-        if (!keep[e / per]) choice[e] = -INFINITY;
-    }
-  } else {
-    const float mx = *std::max_element(logits, logits + E);
-    double sum = 0;
-    for (int e = 0; e < E; ++e) sum += (score[e] = std::exp(logits[e] - mx));
-    for (int e = 0; e < E; ++e) choice[e] = score[e] = float(score[e] / sum);
-  }
-  // Top-k by choice score; ties to the lower expert id (stable).
-  std::iota(order, order + E, 0);
-  std::partial_sort(order, order + k, order + E, [&](int a, int b) {
-    return choice[a] != choice[b] ? choice[a] > choice[b] : a < b;
-  });
-  std::sort(order, order + k);  // ascending ids: fixed combine order
-  double total = 0;
-  for (int i = 0; i < k; ++i) total += score[order[i]];
-  for (int i = 0; i < k; ++i) {
-    idx[i] = order[i];
-    double v = score[order[i]];
-    if (m_.norm_topk_prob) v /= m_.sigmoid_router ? total + 1e-20 : total;
-    w[i] = float(v * m_.routed_scaling_factor);
-  }
+  route_token(logits, m_.n_routed_experts, m_.num_experts_per_tok, m_.sigmoid_router,
+              bias_f32_.empty() ? nullptr : bias_f32_.data(), m_.n_group, m_.topk_group,
+              m_.norm_topk_prob, m_.routed_scaling_factor, idx, w);
 }
 
 void MoeBlock::forward(ForwardCtx& ctx, const float* x, float* out) const {

@@ -22,13 +22,14 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/route_impl.h"
 #include "models/blocks.h"
 
 namespace mx {
 
 class MoeBlock final : public FeedForward {
  public:
-  static constexpr int kMaxExperts = 1024;
+  static constexpr int kMaxExperts = kMaxRouteExperts;
   // prefix: "model.layers.{i}.mlp"
   MoeBlock(WeightBinder& wb, const std::string& prefix, const ModelConfig& c);
   void forward(ForwardCtx& ctx, const float* x, float* out) const override;
@@ -52,6 +53,7 @@ class MoeBlock final : public FeedForward {
   MoeConfig m_;
   int dim_;
   Tensor router_, bias_;
+  std::vector<float> bias_f32_;  // bias_ as f32, for route_token
   std::vector<std::unique_ptr<SwigluMlp>> experts_;  // null for other ranks' experts (EP)
   std::unique_ptr<SwigluMlp> shared_;
   ShardPlan plan_;

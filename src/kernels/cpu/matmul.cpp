@@ -225,8 +225,8 @@ bool isa_supported(Isa isa) {
     case Isa::Scalar: return true;
     case Isa::Avx2: return f.avx2 && f.fma;
     case Isa::Avx512: return f.avx512f && f.avx512bw && f.avx512vl;
+    default: return false;  // GPU architectures: kernels/backend.h
   }
-  return false;
 }
 
 const Kernels& kernels(Isa isa) {

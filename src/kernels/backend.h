@@ -1,0 +1,194 @@
+#pragma once
+// A compute backend: where tensors live and where the ops of a transformer
+// block run. The CPU backend (kernels/cpu/cpu_backend.cpp) runs the CPU kernels
+// on host memory; the GPU backend (kernels/gpu/, one source for CUDA and HIP)
+// runs device kernels on device memory. Both implement the same ops with the
+// same argument layouts, so a test runs an op on both and compares, and code
+// written against Backend runs on either (kernels/backend_decode.h).
+//
+// Every pointer an op takes is this backend's memory (alloc/upload). Activations
+// are dense f32 rows. Weight matrices are [out, in] row-major as in HF
+// checkpoints, in the formats kernels/cpu/matmul.h documents (F32, BF16, MXFP4
+// with E8M0 block scales, F8_E4M3 with 128x128 f32 block scales), or a stack of
+// `experts` such matrices (MoE), expert e at e * (its bytes).
+//
+// This header is plain C++ over the standard library: nvcc and hipcc compile
+// the GPU backend against it.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+#include "kernels/registry.h"
+
+namespace mx {
+
+struct DevWeight {
+  DType dtype = DType::F32;
+  int64_t out = 0, in = 0;
+  int experts = 1;            // > 1: a stack of experts matrices of [out, in]
+  void* data = nullptr;
+  void* scales = nullptr;     // MXFP4: E8M0 [out, in/32] per expert; F8_E4M3: f32 [ceil(out/128), ceil(in/128)]
+  int64_t scale_cols = 0;     // F8_E4M3: ceil(in/128)
+  // Bytes of one expert's data / scales (the stride between experts). Inline:
+  // the GPU libraries use them and link nothing of the rest.
+  size_t data_bytes() const {
+    const size_t n = size_t(out) * size_t(in);
+    switch (dtype) {
+      case DType::F32: return n * 4;
+      case DType::BF16: case DType::F16: return n * 2;
+      case DType::MXFP4: return n / 2;
+      default: return n;  // F8_E4M3, and the 1-byte integer types
+    }
+  }
+  size_t scale_bytes() const {
+    if (dtype == DType::MXFP4) return size_t(out) * size_t(in / 32);
+    if (dtype == DType::F8_E4M3 && scales) return size_t((out + 127) / 128) * size_t(scale_cols) * 4;
+    return 0;
+  }
+};
+
+// Rotary embedding of the first rotary_dim dims of each head (models/rope.h):
+// inv_freq[rotary_dim/2] in backend memory, angles pos * inv_freq.
+struct RopeArgs {
+  int rotary_dim = 0;
+  bool interleaved = false;  // false: dim i pairs with i + rotary_dim/2 (rotate_half)
+  float mscale = 1.0f;       // yarn attention factor on cos and sin
+  const float* inv_freq = nullptr;
+};
+
+// Router of an MoE layer (models/moe.h): sigmoid with correction bias and
+// grouped top-k (DeepSeek-V3, GLM-4.5) or softmax top-k (Qwen3-MoE).
+struct RouteArgs {
+  int n_experts = 0, k = 0;
+  bool sigmoid = false;
+  int n_group = 1, topk_group = 1;
+  bool norm_topk = true;
+  float scaling = 1.0f;
+  const float* bias = nullptr;  // e_score_correction_bias [n_experts] or null
+};
+
+// Paged KV cache of one layer (engine/kv_cache.h): position p of a sequence is
+// slot block_table[p / block_size] * block_size + p % block_size; a slot holds
+// k_width floats of K and v_width floats of V. kv head g's key is at g * head_dim.
+struct PagedKV {
+  float* k = nullptr;
+  float* v = nullptr;
+  int k_width = 0, v_width = 0, block_size = 16;
+};
+
+struct AttnArgs {
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // e.g. "cpu (avx512)", "cuda:0 NVIDIA H200 (sm_90)"
+  // The registry key the backend's kernels are tuned under (CPU ISA or GPU arch).
+  virtual Isa isa() const = 0;
+
+  // Memory. alloc'd bytes are 256-byte aligned; free(nullptr) does nothing.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* p) = 0;
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // y[t, o] = sum_i x[t, i] W[o, i], t < n_tokens. The tile config comes from the
+  // tuned-kernel registry (op "matmul" on CPU, "gpu_matmul" on GPU): an untuned
+  // shape warns, counts and fails under --strict-kernels as on CPU.
+  void matmul(float* y, const float* x, const DevWeight& w, int64_t n_tokens);
+  virtual void matmul_with_config(float* y, const float* x, const DevWeight& w, int64_t n_tokens,
+                                  const KernelConfig& cfg) = 0;
+
+  // y[r] = x[r] / rms(x[r]) * w (w: f32 [dim]); y may equal x.
+  virtual void rmsnorm(float* y, const float* x, const float* w, int64_t rows, int dim, float eps) = 0;
+  // x[r] += b (b: f32 [dim]).
+  virtual void add_bias(float* x, const float* b, int64_t rows, int dim) = 0;
+  // y = silu(g) * u;  x += y  (n elements).
+  virtual void silu_mul(float* y, const float* g, const float* u, int64_t n) = 0;
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // x[t] = table[ids[t]] as f32 (table: F32 or BF16 [vocab, dim]); ids in backend memory.
+  virtual void embed(float* x, const DevWeight& table, const int32_t* ids, int64_t n_tokens) = 0;
+  // Rotates token t's n_heads vectors (x + t * token_stride + h * head_stride) for position pos[t].
+  virtual void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int token_stride,
+                    int head_stride, const RopeArgs& r) = 0;
+
+  // Writes token t's K (k + t * k_stride, k_width floats) and V into cache slot slots[t].
+  virtual void kv_write(const PagedKV& kv, const float* k, int k_stride, const float* v, int v_stride,
+                        const int32_t* slots, int64_t n_tokens) = 0;
+  // Decode attention: query token t (q + t * q_stride, n_heads x head_dim) of
+  // sequence seq[t] attends causally to positions 0..pos[t] of that sequence's
+  // cache (block_tables + seq * max_blocks); out: [T, n_heads * head_dim].
+  virtual void paged_attention(float* out, const float* q, int q_stride, const PagedKV& kv,
+                               const AttnArgs& a, const int32_t* block_tables, int max_blocks,
+                               const int32_t* seq, const int32_t* pos, int64_t n_tokens) = 0;
+  // Prefill attention (flash-style on GPU): n_q consecutive query tokens of one
+  // sequence at positions start_pos.., over its cache (which already holds them).
+  virtual void prefill_attention(float* out, const float* q, int q_stride, const PagedKV& kv,
+                                 const AttnArgs& a, const int32_t* block_table, int start_pos,
+                                 int64_t n_q) = 0;
+
+  // MoE routing from router logits [T, n_experts]: ids [T, k] ascending, weights [T, k].
+  virtual void moe_route(int32_t* ids, float* weights, const float* logits, int64_t n_tokens,
+                         const RouteArgs& r) = 0;
+  // out[t] = sum_i weights[t, i] * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t, i],
+  // summed in ascending expert order (tokens are grouped by expert and each
+  // expert runs one grouped GEMM over its tokens). gate/up: [E, H, D], down: [E, D, H].
+  virtual void moe_ffn(float* out, const float* x, const int32_t* ids, const float* weights,
+                       int64_t n_tokens, int k, const DevWeight& gate, const DevWeight& up,
+                       const DevWeight& down) = 0;
+
+  // ids[r] = argmax of logits row r (the lowest index among equal maxima).
+  virtual void argmax(int32_t* ids, const float* logits, int64_t rows, int vocab) = 0;
+  // ids[r] drawn from softmax(logits[r] / temperature) (Gumbel-max over a
+  // counter-based generator keyed by (seed, r)); temperature > 0.
+  virtual void sample(int32_t* ids, const float* logits, int64_t rows, int vocab, float temperature,
+                      uint64_t seed) = 0;
+};
+
+// Backends this binary has: "cpu" always, "cuda" and "hip" when built with
+// -DMXSERVE_CUDA=ON / -DMXSERVE_HIP=ON.
+std::vector<std::string> compiled_backends();
+// Devices a GPU backend sees (0 when it is not compiled or finds no device or driver).
+int backend_device_count(const std::string& kind);
+// "cpu", "cuda", "cuda:1", "hip", "hip:0". Throws mx::Error when the backend is
+// not compiled in or has no such device (the message says which).
+std::unique_ptr<Backend> make_backend(const std::string& spec);
+
+// Backend-memory buffer owned by value.
+class DevBuffer {
+ public:
+  DevBuffer() = default;
+  DevBuffer(Backend& b, size_t bytes) : b_(&b), p_(b.alloc(bytes)), n_(bytes) {}
+  DevBuffer(DevBuffer&& o) noexcept : b_(o.b_), p_(o.p_), n_(o.n_) { o.p_ = nullptr; }
+  DevBuffer& operator=(DevBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      b_ = o.b_, p_ = o.p_, n_ = o.n_;
+      o.p_ = nullptr;
+    }
+    return *this;
+  }
+  ~DevBuffer() { reset(); }
+  void reset() {
+    if (p_) b_->free(p_);
+    p_ = nullptr;
+  }
+  template <class T = void>
+  T* get() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return n_; }
+
+ private:
+  Backend* b_ = nullptr;
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace mx

@@ -1,0 +1,18 @@
+#pragma once
+// Entry points of the GPU backend. One source (kernels/gpu/*.cu) is compiled
+// twice, by nvcc as CUDA into namespace gpu_cuda and by hipcc as HIP into
+// namespace gpu_hip (MX_GPU_NS in gpu_port.h), so one binary may hold both.
+#include <memory>
+
+#include "kernels/backend.h"
+
+namespace mx {
+namespace gpu_cuda {
+int device_count();  // 0 without a device or driver; never throws
+std::unique_ptr<Backend> make_backend(int device);
+}  // namespace gpu_cuda
+namespace gpu_hip {
+int device_count();
+std::unique_ptr<Backend> make_backend(int device);
+}  // namespace gpu_hip
+}  // namespace mx
