@@ -68,6 +68,18 @@ class GqaAttention final : public Attention {
   size_t scratch_bytes(int T, int max_ctx, int n_workers) const override;
   size_t bytes_per_token() const override;
 
+  // The bound weights and shape, for executors other than forward() (the
+  // backend decoder, models/backend_decoder.h).
+  struct View {
+    const Tensor &wq, &wk, &wv, &wo, &bq, &bk, &bv, &q_norm, &k_norm;
+    const Rope& rope;
+    int n_heads, n_kv_heads, head_dim;
+    float norm_eps, scale;
+  };
+  View view() const {
+    return {wq_, wk_, wv_, wo_, bq_, bk_, bv_, q_norm_, k_norm_, rope_, n_heads_, n_kv_heads_, head_dim_, norm_eps_, scale_};
+  }
+
  private:
   int dim_, n_heads_, n_kv_heads_, head_dim_;  // heads of this rank under tensor parallel
   float norm_eps_, scale_;

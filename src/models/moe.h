@@ -40,6 +40,13 @@ class MoeBlock final : public FeedForward {
   // and their weights. Public for tests.
   void route(const float* logits, int32_t* idx, float* w) const;
 
+  // The bound weights, for executors other than forward() (models/backend_decoder.h).
+  const MoeConfig& config() const { return m_; }
+  const Tensor& router() const { return router_; }
+  const std::vector<float>& router_bias() const { return bias_f32_; }  // empty for softmax routers
+  const SwigluMlp* expert(int e) const { return experts_[e].get(); }  // null: another rank's (EP)
+  const SwigluMlp* shared_expert() const { return shared_.get(); }
+
  private:
   // Expert outputs for n_pairs (input row, expert) pairs: pair p reads row
   // in_row[p] of xin through expert pe[p] into slots + p * H; the shared expert
