@@ -42,10 +42,10 @@ int main(int argc, char** argv) {
     o.max_tokens = tokens;
     o.sampling.temperature = 0;
     o.ignore_eos = true;
-    generate(*model, prompt, {.max_tokens = 2, .ignore_eos = true});  // warm the page cache
+    generate(*model, prompt, {.max_tokens = 2, .sampling = o.sampling, .ignore_eos = true});  // warm the page cache
     GenerateResult r = generate(*model, prompt, o);
     const double decode_tps = (r.tokens.size() - 1) / r.decode_seconds;
-    const double bytes_per_token = double(model->parameter_count()) * 2.0;  // bf16
+    const double bytes_per_token = double(model->bytes_per_token());  // MoE: the selected experts only
     std::printf("model: %s, %lld parameters, isa %s, %d threads\n", c.architecture.c_str(),
                 (long long)model->parameter_count(), isa_name(best_isa()), global_pool().size());
     std::printf("prefill: %d tokens in %.3f s = %.1f tok/s\n", r.prompt_tokens, r.prefill_seconds,

@@ -6,8 +6,10 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "core/error.h"
+#include "models/backend_decoder.h"
 
 namespace mx {
 
@@ -37,11 +39,14 @@ void prefill(Model& model, KVPool& pool, SeqKV& kv, const std::vector<int32_t>& 
 }
 
 int blocks_for(int tokens, int bs) { return (tokens + bs - 1) / bs; }
-}  // namespace
 
-GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
-                        const GenerateOptions& opts, const std::function<void(int32_t)>& on_token) {
-  const ModelConfig& c = model.config();
+// The loop every generate() shares: check the request, prefill(), then pick a
+// token and step() it until EOS or max_tokens. prefill() and step(tok) leave the
+// next logits where pick(history) reads them.
+GenerateResult run_generation(const ModelConfig& c, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                              const std::function<void(int32_t)>& on_token, const std::function<void()>& prefill,
+                              const std::function<void(int32_t)>& step,
+                              const std::function<int32_t(const std::vector<int32_t>&)>& pick) {
   MX_CHECK(!prompt.empty(), "the prompt is empty");
   MX_CHECK(opts.max_tokens >= 0, "max_tokens must be non-negative");
   MX_CHECK(opts.prefill_chunk > 0, "prefill chunk must be positive");
@@ -50,27 +55,18 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
   MX_CHECK(total <= c.max_position_embeddings,
            "prompt ({} tokens) + max_tokens ({}) = {} exceeds the model's context of {} tokens",
            prompt.size(), opts.max_tokens, total, c.max_position_embeddings);
-
-  const int bs = 16;
-  KVPool pool(model.kv_layout(), blocks_for(total, bs), bs);
-  SeqKV kv;
-  MX_CHECK(kv.reserve(pool, total), "KV pool too small");
-  std::vector<float> logits(c.vocab_size);
-  Sampler sampler(opts.sampling, c.vocab_size);
-
   GenerateResult r;
   r.prompt_tokens = int(prompt.size());
   r.finish_reason = "length";
   r.tokens.reserve(opts.max_tokens);
   auto t0 = Clock::now();
   if (opts.max_tokens == 0) return r;
-  prefill(model, pool, kv, prompt, opts.prefill_chunk, logits.data());
+  prefill();
   r.prefill_seconds = since(t0);
 
   t0 = Clock::now();
-  Batch b;
   for (int i = 0; i < opts.max_tokens; ++i) {
-    int32_t tok = sampler.sample(logits.data(), r.tokens);
+    const int32_t tok = pick(r.tokens);
     r.tokens.push_back(tok);
     if (on_token) on_token(tok);
     if (!opts.ignore_eos &&
@@ -79,12 +75,64 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
       break;
     }
     if (i + 1 == opts.max_tokens) break;
-    b.clear();
-    b.add(&kv, &tok, 1, kv.n_tokens, true);
-    model.forward(b, pool, logits.data());
+    step(tok);
   }
   r.decode_seconds = since(t0);
   return r;
+}
+}  // namespace
+
+GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& opts, const std::function<void(int32_t)>& on_token) {
+  const ModelConfig& c = model.config();
+  std::unique_ptr<KVPool> pool;  // sized in prefill, once the request is known to be valid
+  SeqKV kv;
+  std::vector<float> logits(c.vocab_size);
+  Sampler sampler(opts.sampling, c.vocab_size);
+  Batch b;
+  return run_generation(
+      c, prompt, opts, on_token,
+      [&] {
+        const int bs = 16, total = int(prompt.size()) + opts.max_tokens;
+        pool = std::make_unique<KVPool>(model.kv_layout(), blocks_for(total, bs), bs);
+        MX_CHECK(kv.reserve(*pool, total), "KV pool too small");
+        prefill(model, *pool, kv, prompt, opts.prefill_chunk, logits.data());
+      },
+      [&](int32_t tok) {
+        b.clear();
+        b.add(&kv, &tok, 1, kv.n_tokens, true);
+        model.forward(b, *pool, logits.data());
+      },
+      [&](const std::vector<int32_t>& history) { return sampler.sample(logits.data(), history); });
+}
+
+GenerateResult generate(BackendDecoder& dec, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                        const std::function<void(int32_t)>& on_token) {
+  const ModelConfig& c = dec.config();
+  MX_CHECK(int(prompt.size()) + std::max(0, opts.max_tokens) <= dec.max_ctx(),
+           "prompt ({} tokens) + max_tokens ({}) exceeds the backend decoder's context of {} tokens", prompt.size(),
+           opts.max_tokens, dec.max_ctx());
+  std::vector<float> logits;
+  Sampler sampler(opts.sampling, c.vocab_size);
+  const SamplingParams& sp = opts.sampling;
+  const bool on_device = sp.greedy() && sp.presence_penalty == 0 && sp.frequency_penalty == 0 &&
+                         sp.repetition_penalty == 1;  // plain argmax: no logits leave the backend
+  int pos = 0;
+  return run_generation(
+      c, prompt, opts, on_token,
+      [&] {
+        const int chunk = std::min(opts.prefill_chunk, dec.max_tokens());
+        for (int s = 0; s < int(prompt.size()); s += chunk)
+          dec.forward(prompt.data() + s, std::min<int>(chunk, int(prompt.size()) - s), s);
+        pos = int(prompt.size());
+      },
+      [&](int32_t tok) { dec.forward(&tok, 1, pos++); },
+      [&](const std::vector<int32_t>& history) {
+        if (on_device) return dec.next_token(0.0f, 0);
+        logits.resize(c.vocab_size);
+        dec.logits(logits.data());
+        return sampler.sample(logits.data(), history);
+      });
 }
 
 std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& prompt,

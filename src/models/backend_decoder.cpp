@@ -170,7 +170,7 @@ void BackendDecoder::forward(const int32_t* tokens, int n, int start_pos) {
            start_pos, start_pos + n, max_ctx_);
   std::vector<int32_t> pos(n);
   for (int i = 0; i < n; ++i) {
-    MX_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id {} outside [0, {})", tokens[i], c.vocab_size);
+    MX_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id {} is outside the vocabulary [0, {})", tokens[i], c.vocab_size);
     pos[i] = start_pos + i;
   }
   b_.upload(ids_, tokens, n * 4);

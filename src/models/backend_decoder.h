@@ -32,6 +32,8 @@ class BackendDecoder {
   int32_t next_token(float temperature, uint64_t seed);
 
   Backend& backend() const { return b_; }
+  const ModelConfig& config() const { return m_.config(); }
+  int max_tokens() const { return max_tokens_; }
   size_t weight_bytes() const { return weight_bytes_; }
   int max_ctx() const { return max_ctx_; }
 

@@ -34,10 +34,32 @@ TEST(Cli, BadInvocationsFailWithAMessage) {
            {"generate" + m + " --prompt-ids 9999", "outside the vocabulary"},
            {"generate --model /nonexistent --prompt-ids 1", "does not exist"},
            {"generate" + m, "--prompt-ids"},
+           {"generate" + m + " --prompt-ids 9999 --backend cpu", "outside the vocabulary"},
+           {"generate" + m + " --prompt-ids 1 --backend tpu", "unknown backend 'tpu'"},
+           {"generate" + m + " --prompt-ids 1 --backend cpu --speculative ngram", "--speculative"},
+           {"generate" + m + " --prompt-ids 1 --backend cpu --tp 2", "--tp"},
        }) {
     auto r = mxtest::run(bin() + " " + b.args, true);
     EXPECT_NE(r.code, 0) << b.args;
     EXPECT_NE(r.out.find(b.fragment), std::string::npos) << b.args << "\n" << r.out;
+  }
+}
+
+// generate --backend cpu runs the model op by op through the Backend interface
+// (the path a GPU takes): the same greedy tokens as the native engine.
+TEST(Cli, GenerateOnTheCpuBackendEqualsNative) {
+  const std::string g = bin() + " generate --model " + stories() + " --prompt-ids 1 --max-tokens 64 --temperature 0";
+  auto native = mxtest::run(g), backend = mxtest::run(g + " --backend cpu", true);
+  ASSERT_EQ(native.code, 0);
+  ASSERT_EQ(backend.code, 0) << backend.out;
+  EXPECT_NE(backend.out.find(native.out), std::string::npos) << backend.out;
+  EXPECT_NE(backend.out.find("backend cpu"), std::string::npos) << backend.out;
+  // A GPU backend without a device (as in CI) is a clear error, whether compiled in or not.
+  for (const char* gpu : {"cuda", "hip"}) {
+    auto r = mxtest::run(g + " --backend " + gpu, true);
+    if (r.code == 0) continue;  // a machine with that GPU
+    EXPECT_TRUE(r.out.find("device") != std::string::npos || r.out.find("not compiled") != std::string::npos)
+        << r.out;
   }
 }
 

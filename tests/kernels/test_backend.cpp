@@ -137,8 +137,19 @@ Results run_ops(Backend& b) {
         const std::vector<float> x = randn(T * in, rng);
         float* y = d.zeros<float>(T * 160);
         b.matmul(y, d.put(x), d.weight(hw), T);
-        r[std::string("matmul ") + dtype_name(dt) + " in" + std::to_string(in) + " T" + std::to_string(T)] =
-            d.get(y, T * 160);
+        const std::string name = std::string("matmul ") + dtype_name(dt) + " in" + std::to_string(in) + " T" +
+                                 std::to_string(T);
+        r[name] = d.get(y, T * 160);
+        if (dt == DType::MXFP4) {  // the exact product with the dequantized weights (f32 activations)
+          std::vector<float> ref(T * 160, 0.0f);
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t o = 0; o < 160; ++o) {
+              double s = 0;
+              for (int64_t i = 0; i < in; ++i) s += double(x[t * in + i]) * hw.ref[o * in + i];
+              ref[t * 160 + o] = float(s);
+            }
+          r[name + " f32 ref"] = ref;
+        }
       }
   {  // row-wise and element-wise ops
     const int rows = 5, dim = 96;
@@ -401,6 +412,14 @@ TEST(GpuBackend, EveryOpMatchesTheCpuBackend) {
       // MXFP4 on the CPU quantizes activations to int8; the GPU keeps them f32.
       const float rel = exact ? 0.0f : name.find("MXFP4") != std::string::npos ? 2e-2f : 2e-4f;
       const float tol = rel * std::max(1.0f, max_abs(ref));
+      if (name.rfind("matmul MXFP4", 0) == 0 && name.find("f32 ref") == std::string::npos) {
+        // Against the exact product, the GPU's f32 activations leave only summation-order error.
+        const std::vector<float>& exact = want.at(name + " f32 ref");
+        float e = 0;
+        for (size_t i = 0; i < g.size(); ++i) e = std::max(e, std::fabs(g[i] - exact[i]));
+        EXPECT_LE(e, 2e-4f * std::max(1.0f, max_abs(exact))) << kind << " " << name << " vs the f32 product";
+        std::printf("[ gpu      ] %-28s max err vs f32 product %.3g\n", name.c_str(), e);
+      }
       float worst = 0;
       for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::fabs(g[i] - ref[i]));
       EXPECT_LE(worst, tol) << kind << " " << name << " (max |ref| " << max_abs(ref) << ")";

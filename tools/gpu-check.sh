@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 9, prepared to run in one short call on a lent GPU
+# machine (an H200 through the device tool), which starts bare and cannot
+# install packages: so the binaries are built here and travel.
+#
+#   tools/gpu-check.sh prepare   here, no GPU needed: builds build-gpu/ (CUDA for
+#                                MXSERVE_GPU_ARCHS, default 90; no MPI, no HIP) and
+#                                copies the binaries and the shared libraries a bare
+#                                machine may lack into gpu-check/ (git-ignored, ~30 MiB)
+#   tools/gpu-check.sh run       on the GPU machine, from gpu-check/: writes every
+#                                result to $OUT (default gpu-check/out):
+#     device.txt     nvidia-smi / rocm-smi
+#     tests.txt      every GPU op against the CPU backend (GpuBackend.*), and the
+#                    backend decoder against the CPU backend on 5 model families
+#                    (BackendDecoderArch.Gpu*), with their max errors
+#     bench.txt      copy bandwidth (the roofline), GEMV / MoE GEMM bandwidth and
+#                    its fraction of the copy's, prefill GEMM (bench_backend), for
+#                    the medium synthetic MoE's and DeepSeek-V3's matrix shapes
+#     decode.txt     the medium synthetic GLM-4.5 MoE (bf16 and MXFP4): greedy tokens
+#                    on the GPU vs the native CPU engine, decode tok/s and GB/s
+#     summary.txt    the lines that matter from all of the above
+# Device-tool call: run(command="tools/gpu-check.sh run", carry=["gpu-check"], timeout_s=540).
+# MXSERVE_GPU_BACKEND=cpu runs the same steps on the CPU backend with the small
+# preset (a dry run of this script on a machine without a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=gpu-check
+BACKEND=${MXSERVE_GPU_BACKEND:-cuda}
+
+prepare() {
+  local archs=${MXSERVE_GPU_ARCHS:-90}
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXSERVE_CUDA=ON -DMXSERVE_HIP=OFF \
+    -DMXSERVE_CUDA_ARCHS="$archs" -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
+  cmake --build build-gpu -j"$(nproc)" --target mxserve mxserve_tests bench_backend
+  rm -rf "$DIR" && mkdir -p "$DIR/bin" "$DIR/lib"
+  for b in mxserve mxserve_tests bench_backend; do
+    strip -o "$DIR/bin/$b" "build-gpu/$b"
+  done
+  # Shared libraries beyond the C/C++ runtime: a bare machine has none of them.
+  ldd "$DIR"/bin/* | awk '/=> \// {print $3}' | sort -u |
+    grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" "$DIR/lib/"; done
+  git rev-parse --short HEAD >"$DIR/commit"
+  du -sh "$DIR"
+  echo "prepared $DIR/ at $(cat "$DIR/commit"): carry it to the GPU machine and run tools/gpu-check.sh run"
+}
+
+run() {
+  local out=${OUT:-$DIR/out}
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local bin=$DIR/bin
+  [ -x "$bin/mxserve" ] || { echo "no $bin/mxserve: run tools/gpu-check.sh prepare first (and carry $DIR)"; exit 1; }
+  local preset=medium shape_list="medium dsv3" min_ms=300 ntok=256
+  if [ "$BACKEND" = cpu ]; then preset=small shape_list=medium min_ms=20 ntok=16; fi
+  local models=/tmp/mxserve-gpu-check
+  echo "gpu-check at $(cat $DIR/commit 2>/dev/null), backend $BACKEND, $(date -u +%FT%TZ)" | tee "$out/summary.txt"
+
+  { nvidia-smi 2>&1 || rocm-smi 2>&1 || echo "no GPU tool"; } >"$out/device.txt"
+  grep -m2 -E "H200|H100|MI3|Driver Version" "$out/device.txt" | tee -a "$out/summary.txt" || true
+
+  # 1. Every op, and whole models, against the CPU backend.
+  "$bin/mxserve_tests" --gtest_filter='Backend.*:GpuBackend.*:*BackendDecoderArch.*' 2>&1 |
+    grep -v "no tuned kernel config" >"$out/tests.txt" || true
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ gpu      \] (cuda|hip)" "$out/tests.txt" | sort -u | tee -a "$out/summary.txt"
+
+  # 2. Bandwidth against the copy roofline.
+  : >"$out/bench.txt"
+  for shape in $shape_list; do
+    "$bin/bench_backend" --backend "$BACKEND" --shape "$shape" --min-ms "$min_ms" 2>&1 |
+      grep -v "no tuned kernel config" >>"$out/bench.txt" || echo "bench_backend --shape $shape failed" >>"$out/bench.txt"
+  done
+  cat "$out/bench.txt" >>"$out/summary.txt"
+
+  # 3. The medium synthetic MoE end to end: GPU tokens vs the CPU engine's, and speed.
+  rm -rf "$models" && mkdir -p "$models"
+  {
+    "$bin/mxserve" make-test-model --arch glm4_moe --preset "$preset" --out "$models/bf16"
+    "$bin/mxserve" quantize --model "$models/bf16" --out "$models/mxfp4" --format mxfp4 | tail -2
+    local prompt
+    prompt=$(seq -s ' ' 1 64)
+    for fmt in bf16 mxfp4; do
+      local m=$models/$fmt
+      echo "== $fmt: native CPU engine, 32 greedy tokens"
+      "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens 32 --temperature 0 2>&1
+      echo "== $fmt: --backend $BACKEND, 32 greedy tokens"
+      "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens 32 --temperature 0 --backend "$BACKEND" 2>&1
+      echo "== $fmt: --backend $BACKEND, $ntok tokens (decode speed)"
+      "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens "$ntok" --temperature 0 --ignore-eos \
+        --backend "$BACKEND" 2>&1 | grep -v "^[0-9]"
+    done
+  } >"$out/decode.txt" 2>&1 || echo "decode step failed (see decode.txt)" | tee -a "$out/summary.txt"
+  # Tokens: the first line of ids after each "32 greedy tokens" header.
+  awk '/32 greedy tokens/ {h=$0; getline; while ($0 !~ /^[0-9]/ && (getline) > 0) {} ; print h ": " substr($0, 1, 80)}' \
+    "$out/decode.txt" | tee -a "$out/summary.txt"
+  grep -E "^== |generated .* tok/s|GB/s of weights" "$out/decode.txt" | tee -a "$out/summary.txt" || true
+  rm -rf "$models"
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) run ;;
+  *) echo "usage: tools/gpu-check.sh prepare|run (see the top of this file)"; exit 2 ;;
+esac
