@@ -93,11 +93,14 @@ struct Problem {
   }
 };
 
+// Decode and small batches (speculative verification, a few sequences): weights
+// streamed from DRAM once per call, for 1..8 tokens.
 void BM_Gemv(benchmark::State& st, DType dt, int64_t out, int64_t in) {
-  Problem p(dt, out, in, 1, kColdBytes);
+  const int64_t n = st.range(0);
+  Problem p(dt, out, in, n, kColdBytes);
   size_t c = 0;
   for (auto _ : st) {
-    matmul(p.y.data(), p.x.data(), p.w[c].t, 1, pool());
+    matmul(p.y.data(), p.x.data(), p.w[c].t, n, pool());
     c = (c + 1) % p.w.size();
     benchmark::DoNotOptimize(p.y.data());
     benchmark::ClobberMemory();
@@ -122,7 +125,8 @@ void BM_Gemm(benchmark::State& st, DType dt, int64_t out, int64_t in) {
 }
 
 #define GEMV(dt, out, in) \
-  BENCHMARK_CAPTURE(BM_Gemv, dt##_##out##x##in, DType::dt, out, in)->UseRealTime()
+  BENCHMARK_CAPTURE(BM_Gemv, dt##_##out##x##in, DType::dt, out, in) \
+      ->Arg(1)->Arg(2)->Arg(4)->Arg(8)->ArgName("tokens")->UseRealTime()
 GEMV(F32, 896, 4864);
 GEMV(F32, 4864, 896);
 GEMV(F32, 4096, 4096);

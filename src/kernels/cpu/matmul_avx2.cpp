@@ -149,7 +149,10 @@ struct Tiles {
 // GEMM: TT x R accumulators + R weight vectors + 1 x vector <= 16 ymm.
 template <class L>
 struct FloatVariants {
-  static constexpr Gemv gemv[] = {{8, dot_tile<L, 1, 8>}, {4, dot_tile<L, 1, 4>}};
+  // Small batches: 2 x 4 and 4 x 2 sub-tiles (8 accumulators).
+  static constexpr Gemv gemv[] = {
+      {8, dot_tile<L, 1, 8>, in_subtiles<dot_tile<L, 2, 4>, 4, 8>, in_subtiles<dot_tile<L, 4, 2>, 2, 8>},
+      {4, dot_tile<L, 1, 4>, dot_tile<L, 2, 4>, in_subtiles<dot_tile<L, 4, 2>, 2, 4>}};
   static constexpr Gemm gemm[] = {gemm_of<Tiles<L>, 4, 3>(), gemm_of<Tiles<L>, 2, 4>()};
   static DtypeKernels kernels() { return {nullptr, gemv, gemm}; }
 };

@@ -94,7 +94,25 @@ using TileFn = void (*)(const Args& a, int64_t t0, int64_t r0);
 struct Gemv {
   int rows;
   TileFn fn;  // 1 token x `rows` rows
+  // Small batches (speculative verification, a few sequences decoding): 2, 4 or
+  // 8 tokens x `rows` rows, streaming each weight row once for all of them (null:
+  // the smaller tiles). Each output sees the 1-token tile's operations.
+  TileFn fn2 = nullptr, fn4 = nullptr, fn8 = nullptr;
 };
+
+// Tokens up to which a call streams its weights through the GEMV tiles (fn4 / fn2
+// / fn) rather than the GEMM's cache blocking: what a decode step of a few
+// sequences, or a verification of a few drafted tokens, has.
+constexpr int64_t kSmallBatch = 8;
+
+// ROWS rows as ROWS / RS sub-tiles of RS rows (fewer accumulators than registers):
+// the sub-tile's rows are consecutive, so its "next tile" prefetch runs into the
+// next sub-tile.
+template <TileFn Sub, int RS, int ROWS>
+void in_subtiles(const Args& a, int64_t t0, int64_t r0) {
+  static_assert(ROWS % RS == 0);
+  for (int r = 0; r < ROWS; r += RS) Sub(a, t0, r0 + r);
+}
 struct Gemm {
   int tokens, rows;
   TileFn full, tok1, row1, one;  // tokens x rows, 1 x rows, tokens x 1, 1 x 1
@@ -150,11 +168,20 @@ inline void drive_rows(const Args& a, const Plan& p, int64_t r0, int64_t r1) {
   const int64_t n = a.n_tokens;
   const Gemm& g = *p.gemm;
   int64_t r = r0;
-  if (n < g.tokens) {
-    // Decode: stream each block of weight rows once; it stays in L1/L2 across tokens.
-    const int R = p.gemv->rows;
-    for (; r + R <= r1; r += R)
-      for (int64_t t = 0; t < n; ++t) p.gemv->fn(a, t, r);
+  const Gemv& v = *p.gemv;
+  if (n < g.tokens || (n <= kSmallBatch && v.fn4)) {
+    // Decode: stream each block of weight rows once, for up to 8 tokens at a time;
+    // it stays in L1/L2 across the rest.
+    for (; r + v.rows <= r1; r += v.rows) {
+      int64_t t = 0;
+      if (v.fn8)
+        for (; t + 8 <= n; t += 8) v.fn8(a, t, r);
+      if (v.fn4)
+        for (; t + 4 <= n; t += 4) v.fn4(a, t, r);
+      if (v.fn2)
+        for (; t + 2 <= n; t += 2) v.fn2(a, t, r);
+      for (; t < n; ++t) v.fn(a, t, r);
+    }
   } else {
     // Prefill: tokens in chunks whose activations (a.chunk_bytes) stay in cache
     // while every row block of this range streams past them; without this, long
