@@ -32,7 +32,7 @@ struct ModelArgs {
         ->required();
     s->add_option("--threads", threads, "Worker threads (default: all cores)")
         ->check(CLI::Range(1, 1024));
-    s->add_option("--mtp-head", mtp_head, "A trained MTP head (safetensors, nextn layout) for a model without one");
+    s->add_option("--mtp-head", mtp_head, "A trained MTP head (safetensors, nextn layout): added to a model without one, or replacing the checkpoint's MTP tensors of the same names");
   }
   // Null on an MPI follower rank (it followed the leader's forwards until the end).
   std::unique_ptr<Model> load() const {

@@ -150,7 +150,7 @@ Command add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   a->spec.add(s);
-  s->add_option("--mtp-head", a->mtp_head, "A trained MTP head (safetensors, nextn layout) for a model without one");
+  s->add_option("--mtp-head", a->mtp_head, "A trained MTP head (safetensors, nextn layout): added to a model without one, or replacing the checkpoint's MTP tensors of the same names");
   s->add_option("--max-tokens-limit", a->limits.max_tokens,
                 "Largest max_tokens a request may ask for (larger: 400; 0: the context)")
       ->check(CLI::Range(0, 1 << 30))

@@ -23,11 +23,13 @@ Command add_route(CLI::App& app);  // cmd_route.cpp: data-parallel HTTP router
 Command add_convert(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_plan(CLI::App& app);
+Command add_mtp_data(CLI::App& app);  // cmd_mtp_data.cpp: MTP head training data
 
 inline std::vector<Command> all_commands(CLI::App& app) {
   return {add_generate(app), add_logits(app), add_inspect(app), add_make_test_model(app),
           add_quantize(app),  add_eval(app),   add_serve(app),    add_route(app),
-          add_tune(app),      add_convert(app), add_bench(app),    add_plan(app)};
+          add_tune(app),      add_convert(app), add_bench(app),    add_plan(app),
+          add_mtp_data(app)};
 }
 
 }  // namespace mx::cli

@@ -9,6 +9,12 @@ void TensorStore::add(const std::string& name, const Tensor& t, const std::strin
   if (!inserted) fail("tensor '{}' appears twice (in {} and {})", name, it->second.origin, origin);
 }
 
+void TensorStore::replace(const std::string& name, const Tensor& t, const std::string& origin) {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) fail("tensor '{}' (from {}) replaces nothing: the checkpoint has no such tensor", name, origin);
+  it->second = Entry{t, origin};
+}
+
 void TensorStore::add_owned(const std::string& name, OwnedTensor t, const std::string& origin) {
   auto holder = std::make_shared<OwnedTensor>(std::move(t));
   add(name, holder->t, origin);

@@ -17,6 +17,9 @@ class TensorStore {
   void add(const std::string& name, const Tensor& t, const std::string& origin);
   // Adds a tensor that owns its memory (converted or synthesised data).
   void add_owned(const std::string& name, OwnedTensor t, const std::string& origin);
+  // Replaces an existing tensor (throws naming it if absent), e.g. a trained MTP
+  // head over the checkpoint's own layer.
+  void replace(const std::string& name, const Tensor& t, const std::string& origin);
   void keep_alive(std::shared_ptr<const void> resource) { resources_.push_back(std::move(resource)); }
 
   const Tensor* find(const std::string& name) const;

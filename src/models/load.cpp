@@ -1,5 +1,6 @@
 // Format detection and architecture dispatch for load_model().
 #include <filesystem>
+#include <cstdio>
 #include <regex>
 #include <set>
 
@@ -75,8 +76,9 @@ std::unique_ptr<Model> build_model(const Checkpoint& ck, const LoadOptions& opts
 
 void attach_mtp_head(Checkpoint& ck, const std::string& path) {
   ModelConfig& c = ck.config;
-  MX_CHECK(c.num_nextn_predict_layers == 0, "--mtp-head {}: the model already has {} MTP layer(s)", path,
-           c.num_nextn_predict_layers);
+  // A model with MTP layers gets the head's tensors in place of its own of the
+  // same names (a retrained layer); one without gets the head as new layers.
+  const int have = c.num_nextn_predict_layers;
   auto head = std::make_shared<TensorStore>(load_safetensors(path));
   std::set<int> layers;
   static const std::regex name(R"(model\.layers\.(\d+)\..+)");
@@ -89,13 +91,24 @@ void attach_mtp_head(Checkpoint& ck, const std::string& path) {
              "--mtp-head {}: tensor '{}' is not an MTP layer of a {}-layer model (layers {}..)", path, n,
              c.num_hidden_layers, c.num_hidden_layers);
     layers.insert(l);
-    MX_CHECK(!ck.tensors->contains(n), "--mtp-head {}: the model already has tensor '{}'", path, n);
-    ck.tensors->add(n, head->get(n), head->origin(n));
+    if (have) {
+      MX_CHECK(l < c.num_hidden_layers + have && ck.tensors->contains(n),
+               "--mtp-head {}: tensor '{}' is not in the checkpoint's MTP layer(s) {}..{}, so it replaces nothing",
+               path, n, c.num_hidden_layers, c.num_hidden_layers + have - 1);
+      ck.tensors->replace(n, head->get(n), head->origin(n));
+    } else {
+      ck.tensors->add(n, head->get(n), head->origin(n));
+    }
   }
   MX_CHECK(!layers.empty(), "--mtp-head {}: no tensors", path);
+  ck.tensors->keep_alive(head);
+  if (have) {
+    std::fprintf(stderr, "--mtp-head %s: %zu tensors replace the checkpoint's MTP layer tensors of the same names\n",
+                 path.c_str(), head->size());
+    return;
+  }
   MX_CHECK(*layers.rbegin() - c.num_hidden_layers + 1 == int(layers.size()),
            "--mtp-head {}: MTP layers must be numbered from {} without gaps", path, c.num_hidden_layers);
-  ck.tensors->keep_alive(head);
   c.num_nextn_predict_layers = int(layers.size());
 }
 

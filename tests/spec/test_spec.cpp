@@ -303,5 +303,19 @@ TEST(MtpHead, AttachRejectsBadFiles) {
   Checkpoint ck2 = load_checkpoint(stories());
   attach_mtp_head(ck2, stories_head());
   EXPECT_EQ(ck2.config.num_nextn_predict_layers, 1);
-  EXPECT_THROW(attach_mtp_head(ck2, stories_head()), Error);  // already has one
+  // A second head replaces the first's tensors of the same names...
+  attach_mtp_head(ck2, stories_head());
+  EXPECT_EQ(ck2.config.num_nextn_predict_layers, 1);
+  // ... and one with a tensor the checkpoint's MTP layer lacks replaces nothing: an error naming it.
+  const std::string extra = (d.path() / "extra.safetensors").string();
+  {
+    OwnedTensor t = OwnedTensor::make(DType::F32, {8});
+    write_safetensors(extra, {{"model.layers.5.self_attn.q_norm.weight", t.t}});
+  }
+  try {
+    attach_mtp_head(ck2, extra);
+    ADD_FAILURE() << "accepted a tensor that replaces nothing";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.5.self_attn.q_norm.weight"), std::string::npos) << e.what();
+  }
 }
