@@ -9,8 +9,20 @@
 #include "engine/generate.h"
 #include "io/safetensors.h"
 #include "models/model.h"
+#include "models/synthetic.h"
 
 namespace mxtest {
+
+// Writes a synthetic checkpoint of `arch` (tiny preset) into dir; returns dir.
+inline std::string make_synthetic(const std::string& dir, const std::string& arch, mx::DType dt = mx::DType::F32,
+                                  uint64_t seed = 0) {
+  mx::SyntheticSpec s;
+  s.arch = arch;
+  s.dtype = dt;
+  s.seed = seed;
+  mx::write_synthetic_model(dir, s);
+  return dir;
+}
 
 // Rewrites DIR/model.safetensors after edit(list, keep) changes the tensor list
 // (keep owns any replacement data the edit creates).

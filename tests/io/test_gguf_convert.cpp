@@ -20,6 +20,7 @@
 #include "models/synthetic.h"
 #include "quant/mxfp4.h"
 #include "quant/quantizer.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 using namespace mx;
@@ -27,12 +28,7 @@ using namespace mx;
 namespace {
 
 std::string make_model(const mxtest::TempDir& d, const std::string& arch, DType dt) {
-  SyntheticSpec s;
-  s.arch = arch;
-  s.dtype = dt;
-  const std::string dir = d / arch;
-  write_synthetic_model(dir, s);
-  return dir;
+  return mxtest::make_synthetic(d / arch, arch, dt);
 }
 
 std::string convert(const std::string& dir, const std::string& out, GgufOutType t) {

@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/backend.h"
+#include "kernels/gpu_test_util.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/route_impl.h"
 #include "quant/mxfp4.h"
@@ -378,15 +379,9 @@ TEST(Backend, ClearErrors) {
 }
 
 // The GPU backends present: "cuda", "hip" with at least one device.
-std::vector<std::string> gpu_backends() {
-  std::vector<std::string> v;
-  for (const std::string& k : compiled_backends())
-    if (k != "cpu" && backend_device_count(k) > 0) v.push_back(k);
-  return v;
-}
 
 TEST(GpuBackend, EveryOpMatchesTheCpuBackend) {
-  const std::vector<std::string> gpus = gpu_backends();
+  const std::vector<std::string> gpus = mxtest::gpu_backends();
   if (gpus.empty()) {
     std::string compiled;
     for (const std::string& k : compiled_backends()) compiled += " " + k;

@@ -17,6 +17,8 @@
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "quant/quantizer.h"
+#include "kernels/gpu_test_util.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 using namespace mx;
@@ -24,12 +26,7 @@ using namespace mx;
 namespace {
 
 std::string make(const mxtest::TempDir& d, const std::string& arch, DType dt) {
-  SyntheticSpec s;
-  s.arch = arch;
-  s.dtype = dt;
-  s.seed = 11;
-  write_synthetic_model(d.path().string(), s);
-  return d.path().string();
+  return mxtest::make_synthetic(d.path().string(), arch, dt, 11);
 }
 
 const DecoderModel& decoder(const Model& m) {
@@ -138,15 +135,8 @@ TEST_P(BackendDecoderArch, CpuBackendMatchesTheModelsForward) {
   expect_close(run_backend(*m, *cpu, kPrompt, 6, 4), want, 1e-4f, "chunks of 4");
 }
 
-std::vector<std::string> gpu_backends() {
-  std::vector<std::string> v;
-  for (const std::string& k : compiled_backends())
-    if (k != "cpu" && backend_device_count(k) > 0) v.push_back(k);
-  return v;
-}
-
 TEST_P(BackendDecoderArch, GpuBackendsMatchTheCpuBackend) {
-  const std::vector<std::string> gpus = gpu_backends();
+  const std::vector<std::string> gpus = mxtest::gpu_backends();
   if (gpus.empty()) GTEST_SKIP() << "no GPU device";
   mxtest::TempDir d;
   auto m = load(d);

@@ -18,12 +18,7 @@ using namespace mx;
 namespace {
 
 std::string make(const mxtest::TempDir& d, const std::string& arch, DType dt = DType::F32) {
-  SyntheticSpec s;
-  s.arch = arch;
-  s.dtype = dt;
-  s.seed = 3;
-  write_synthetic_model(d.path().string(), s);
-  return d.path().string();
+  return mxtest::make_synthetic(d.path().string(), arch, dt, 3);
 }
 
 class MoeArch : public ::testing::TestWithParam<std::string> {};
