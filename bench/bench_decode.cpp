@@ -1,8 +1,11 @@
 // Decode and prefill throughput of a dense model of realistic shape.
 // Default: a synthetic Qwen2.5-0.5B-shaped Qwen3-family model in bf16 (written
 // by make-test-model into build/models/ on first use), 2 threads.
-//   build/bench_decode [MODEL_DIR] [--prompt N] [--tokens N]
-// Prints figures; decides nothing.
+//   build/bench_decode [MODEL_DIR] [--prompt N] [--tokens N] [--verify-costs]
+// --verify-costs also times one forward of T = 1..8 tokens after the prompt:
+// what a speculative verification of T - 1 drafts costs against a plain decode
+// step (the ceiling of any speedup from drafting). Prints figures; decides nothing.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -10,7 +13,9 @@
 #include <string>
 
 #include "core/cpu_features.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/kv_cache.h"
 #include "engine/generate.h"
 #include "models/model.h"
 #include "models/synthetic.h"
@@ -20,9 +25,11 @@ using namespace mx;
 int main(int argc, char** argv) {
   std::string dir = "build/models/qwen3-medium-bf16";
   int prompt_len = 128, tokens = 64;
+  bool verify_costs = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) prompt_len = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--verify-costs")) verify_costs = true;
     else dir = argv[i];
   }
   try {
@@ -52,6 +59,34 @@ int main(int argc, char** argv) {
                 r.prompt_tokens / r.prefill_seconds);
     std::printf("decode: %zu tokens in %.3f s = %.2f tok/s (%.1f GB/s of weights streamed)\n",
                 r.tokens.size() - 1, r.decode_seconds, decode_tps, decode_tps * bytes_per_token / 1e9);
+    if (verify_costs) {
+      // Best of 5: the prompt is prefilled, then T new tokens run in one forward
+      // with logits for all of them (as a verification does).
+      KVPool pool(model->kv_layout(), (prompt_len + 8 + 15) / 16, 16);
+      std::vector<float> lg(size_t(c.vocab_size) * 8);
+      double t1 = 0;
+      for (int T = 1; T <= 8; ++T) {
+        double best = 1e30;
+        for (int rep = 0; rep < 5; ++rep) {
+          SeqKV kv;
+          MX_CHECK(kv.reserve(pool, prompt_len + T), "KV pool too small");
+          Batch b;
+          b.add(&kv, prompt.data(), prompt_len, 0, true);
+          model->forward(b, pool, lg.data());
+          std::vector<int32_t> t(T);
+          for (int i = 0; i < T; ++i) t[i] = (i * 31 + 7) % c.vocab_size;
+          b.clear();
+          b.add(&kv, t.data(), T, prompt_len, false);
+          for (int i = 0; i < T; ++i) b.logit_rows.push_back(i);
+          const auto t0 = std::chrono::steady_clock::now();
+          model->forward(b, pool, lg.data());
+          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          kv.release(pool);
+        }
+        if (T == 1) t1 = best;
+        std::printf("forward of %d token(s) after the prompt: %.2f ms = %.2fx one token\n", T, best * 1e3, best / t1);
+      }
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

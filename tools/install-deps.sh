@@ -7,7 +7,7 @@ PKGS=(g++ cmake ninja-build pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
       libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
       openmpi-bin libopenmpi-dev
-      python3-numpy python3-torch
+      python3-numpy python3-torch libopenblas0-pthread  # torch: Debian's generic BLAS is ~100x slower
       clang-14 libclang-rt-14-dev   # sanitizer + libFuzzer build (tools/test-hardening.sh)
       hipcc libamdhip64-dev rocm-device-libs)  # the HIP backend, compiled (no GPU needed)
 missing=()

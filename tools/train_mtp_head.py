@@ -317,6 +317,9 @@ def main():
     ap.add_argument("--steps", type=int, default=1500, help="optimizer steps (0: check and export the start)")
     ap.add_argument("--batch", type=int, default=32, help="sequences per step")
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--target-temperature", type=float, default=1.0,
+                    help="1: the model's own distribution (top-k of it); below 1 sharpens it over the top-k "
+                         "towards its argmax, what greedy acceptance needs (for nearly flat models)")
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32", help="of the written tensors")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=0)
@@ -350,7 +353,11 @@ def main():
     N, Lseq = tok.shape
     # Row t: input (x_{t+1}, h_t); target: the model's distribution at t+1 (top-k, normalised by lse).
     inp, h_in = tok[:, 1:], hid[:, :-1]
-    t_ids, t_p = tid[:, 1:], (tlg[:, 1:] - lse[:, 1:, None]).exp()
+    if not 0 < a.target_temperature <= 1:
+        sys.exit("--target-temperature must be in (0, 1]")
+    t_ids = tid[:, 1:]
+    t_p = ((tlg[:, 1:] - lse[:, 1:, None]).exp() if a.target_temperature == 1
+           else (tlg[:, 1:] / a.target_temperature).softmax(-1))
     n_val = max(1, N // 8)
     val = torch.arange(n_val)
 
@@ -402,6 +409,7 @@ def main():
     meta_out = {"format": "mxserve-mtp-head", "base_model": os.path.basename(os.path.normpath(a.model)),
                 "trained_by": "tools/train_mtp_head.py", "data": os.path.basename(a.data), "seqs": str(N),
                 "len": str(Lseq), "steps": str(a.steps), "batch": str(a.batch), "init": init, "train": a.train,
+                "target_temperature": str(a.target_temperature),
                 "seed": str(a.seed), "heldout_top1": f"{agree:.4f}", "heldout_kl": f"{kl:.4f}"}
     write_safetensors(a.out, net.tensors(f"model.layers.{fam['layers']}.", set(trained)), meta_out, a.dtype == "bf16")
     print(f"wrote {a.out}: {len(trained)} tensors, held-out top-1 agreement {agree:.3f}, KL {kl:.3f}")
