@@ -30,6 +30,9 @@ for spec in "${models[@]}"; do
   headarg=()
   [ "$head" != - ] && headarg=(--mtp-head "$head")
   base=
+  # Warm-up (page cache, first-touch of the weights): not timed.
+  $BIN generate --model "$model" "${headarg[@]}" --prompt-ids "$PROMPT" --max-tokens 8 --temperature 0 \
+    --threads "$T" >/dev/null 2>&1
   for mode in off ngram mtp; do
     if [ "$mode" = mtp ] && [ "$head" = - ] && ! $BIN inspect --model "$model" 2>/dev/null | grep -q "mtp layers: [1-9]"; then
       continue
