@@ -104,7 +104,7 @@ struct Case {
   DType dtype;
   bool mxfp4;  // quantize the checkpoint's Linear layers to MXFP4 first
 };
-void PrintTo(const Case& c, std::ostream* os) { *os << c.arch << (c.mxfp4 ? " mxfp4" : " ") << dtype_name(c.dtype); }
+void PrintTo(const Case& c, std::ostream* os) { *os << c.arch << " " << (c.mxfp4 ? "mxfp4" : dtype_name(c.dtype)); }
 std::string case_name(const ::testing::TestParamInfo<Case>& i) {
   return i.param.arch + "_" + (i.param.mxfp4 ? "mxfp4" : dtype_name(i.param.dtype));
 }
