@@ -28,16 +28,14 @@ namespace {
 constexpr int kBlock = 16;  // KV block size; the table is the identity (one sequence)
 }
 
-DevWeight BackendDecoder::upload(const Tensor& t) {
-  MX_CHECK(t.ndim == 2, "backend decoder: weight {} is not 2-D", t.shape_str());
-  MX_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::MXFP4 || t.dtype == DType::F8_E4M3,
-           "backend decoder: {} weights are not supported on a backend (F32, BF16, MXFP4, F8_E4M3)",
-           dtype_name(t.dtype));
-  return upload_stack({&t});
-}
+DevWeight BackendDecoder::upload(const Tensor& t) { return upload_stack({&t}); }
 
 DevWeight BackendDecoder::upload_stack(const std::vector<const Tensor*>& ts) {
   const Tensor& t0 = *ts[0];
+  MX_CHECK(t0.ndim == 2, "backend decoder: weight {} is not 2-D", t0.shape_str());
+  MX_CHECK(t0.dtype == DType::F32 || t0.dtype == DType::BF16 || t0.dtype == DType::MXFP4 || t0.dtype == DType::F8_E4M3,
+           "backend decoder: {} weights are not supported on a backend (F32, BF16, MXFP4, F8_E4M3)",
+           dtype_name(t0.dtype));
   DevWeight w;
   w.dtype = t0.dtype, w.out = t0.shape[0], w.in = t0.shape[1], w.experts = int(ts.size());
   if (w.dtype == DType::F8_E4M3 && t0.scales) w.scale_cols = (w.in + 127) / 128;
@@ -66,7 +64,11 @@ const float* BackendDecoder::upload_f32(const Tensor& t) {
   if (t.empty()) return nullptr;
   std::vector<float> v(t.numel());
   for (int64_t i = 0; i < t.numel(); ++i) v[i] = load_as_f32(t.data, t.dtype, i);
-  owned_.emplace_back(b_, v.size() * 4);
+  return upload_floats(v);
+}
+
+const float* BackendDecoder::upload_floats(const std::vector<float>& v) {
+  owned_.emplace_back(b_, std::max<size_t>(v.size(), 1) * 4);
   b_.upload(owned_.back().get(), v.data(), v.size() * 4);
   return owned_.back().get<float>();
 }
@@ -99,10 +101,8 @@ BackendDecoder::BackendDecoder(const DecoderModel& m, Backend& b, int max_ctx, i
     L.wq = upload(a.wq), L.wk = upload(a.wk), L.wv = upload(a.wv), L.wo = upload(a.wo);
     L.bq = upload_f32(a.bq), L.bk = upload_f32(a.bk), L.bv = upload_f32(a.bv);
     L.q_norm = upload_f32(a.q_norm), L.k_norm = upload_f32(a.k_norm);
-    owned_.emplace_back(b_, a.rope.inv_freq().size() * 4);
-    b_.upload(owned_.back().get(), a.rope.inv_freq().data(), a.rope.inv_freq().size() * 4);
     L.rope = {a.rope.rotary_dim(), a.rope.style() == RopeStyle::Interleaved, a.rope.mscale(),
-              owned_.back().get<float>()};
+              upload_floats(a.rope.inv_freq())};
     L.attn = {a.n_heads, a.n_kv_heads, a.head_dim, a.scale};
     L.eps = a.norm_eps;
     qd = std::max<int64_t>(qd, int64_t(a.n_heads) * a.head_dim);
@@ -124,12 +124,7 @@ BackendDecoder::BackendDecoder(const DecoderModel& m, Backend& b, int max_ctx, i
         hidden = std::max<int64_t>(hidden, ex->hidden());
       }
       L.eg = upload_stack(g), L.eu = upload_stack(u), L.ed = upload_stack(d);
-      const float* bias = nullptr;
-      if (!moe->router_bias().empty()) {
-        owned_.emplace_back(b_, moe->router_bias().size() * 4);
-        b_.upload(owned_.back().get(), moe->router_bias().data(), moe->router_bias().size() * 4);
-        bias = owned_.back().get<float>();
-      }
+      const float* bias = moe->router_bias().empty() ? nullptr : upload_floats(moe->router_bias());
       L.route = {mc.n_routed_experts, mc.num_experts_per_tok, mc.sigmoid_router, mc.n_group, mc.topk_group,
                  mc.norm_topk_prob, mc.routed_scaling_factor, bias};
       if (const SwigluMlp* sh = moe->shared_expert()) {

@@ -42,6 +42,7 @@ class BackendDecoder {
   DevWeight upload(const Tensor& t);
   DevWeight upload_stack(const std::vector<const Tensor*>& experts);
   const float* upload_f32(const Tensor& t);  // a norm / bias vector as f32
+  const float* upload_floats(const std::vector<float>& v);
   float* scratch(size_t floats);
 
   const DecoderModel& m_;

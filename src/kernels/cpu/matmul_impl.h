@@ -100,8 +100,8 @@ struct Gemv {
   TileFn fn2 = nullptr, fn4 = nullptr, fn8 = nullptr;
 };
 
-// Tokens up to which a call streams its weights through the GEMV tiles (fn4 / fn2
-// / fn) rather than the GEMM's cache blocking: what a decode step of a few
+// Tokens up to which a call streams its weights through the GEMV tiles (fn8 / fn4
+// / fn2 / fn) rather than the GEMM's cache blocking: what a decode step of a few
 // sequences, or a verification of a few drafted tokens, has.
 constexpr int64_t kSmallBatch = 8;
 
