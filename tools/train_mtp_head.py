@@ -51,37 +51,23 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))
 import hf_reference  # noqa: E402  (rope_init: every rope_scaling kind of the engine)
+import safetensors_np  # noqa: E402
 
 torch.set_default_dtype(torch.float32)  # hf_reference sets float64 for its own use
 
 
 # ---------------------------------------------------------------- safetensors
-def read_header(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        return json.loads(f.read(n)), 8 + n
+read_header = safetensors_np.read_header
 
 
 def read_tensors(path, names=None):
-    """{name: float32 or int32 numpy array} of the named tensors (all when None), read by seeking."""
-    header, base = read_header(path)
-    out = {}
-    with open(path, "rb") as f:
-        for name, e in header.items():
-            if name == "__metadata__" or (names is not None and name not in names):
-                continue
-            b, en = e["data_offsets"]
-            f.seek(base + b)
-            raw = f.read(en - b)
-            if e["dtype"] == "BF16":
-                a = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-            elif e["dtype"] in ("F32", "I32", "F16"):
-                a = np.frombuffer(raw, dtype={"F32": np.float32, "I32": np.int32, "F16": np.float16}[e["dtype"]])
-            else:
-                sys.exit(f"{path}: tensor {name} is {e['dtype']}; the trainer reads F32 / BF16 / F16 / I32 "
-                         "(train on the unquantized checkpoint)")
-            out[name] = a.reshape(e["shape"]).astype(np.int32 if e["dtype"] == "I32" else np.float32)
-    return out
+    """{name: float32 or int32 numpy array} of the named tensors (all when None)."""
+    header = read_header(path)[0]
+    for name, e in header.items():
+        if name != "__metadata__" and (names is None or name in names) and e["dtype"] not in ("F32", "BF16", "F16", "I32"):
+            sys.exit(f"{path}: tensor {name} is {e['dtype']}; the trainer reads F32 / BF16 / F16 / I32 "
+                     "(train on the unquantized checkpoint)")
+    return {n: a if a.dtype == np.int32 else a.astype(np.float32) for n, a in safetensors_np.read_file(path, names).items()}
 
 
 def model_files(d):
@@ -142,6 +128,8 @@ def load_llama2c(path):
 
 
 def load_hf(d, init):
+    """init: "checkpoint", "last-layer" or None (the checkpoint's MTP layer when it has one).
+    Returns (init, fam, embed, head, final norm, the layer's tensors by name within the layer)."""
     c = hf_reference.load_config(d)
     arch = c["architectures"][0]
     if arch == "DeepseekV3ForCausalLM":
@@ -176,6 +164,7 @@ def load_hf(d, init):
             names[n] = f
     mtp, last = f"model.layers.{L}.", f"model.layers.{L - 1}."
     has_mtp = any(n.startswith(mtp) for n in names)
+    init = init or ("checkpoint" if has_mtp else "last-layer")
     if init == "checkpoint" and not has_mtp:
         sys.exit(f"train_mtp_head: {d} has no MTP layer ({mtp}*): use --init last-layer")
     src = mtp if init == "checkpoint" else last
@@ -190,7 +179,7 @@ def load_hf(d, init):
     layer = {n[len(src):]: t[n] for n in want if n.startswith(src)}
     for k in ("embed_tokens.weight", "shared_head.head.weight"):
         layer.pop(k, None)  # frozen, not trained
-    return fam, t[emb_name], t[head_name], t["model.norm.weight"], layer
+    return init, fam, t[emb_name], t[head_name], t["model.norm.weight"], layer
 
 
 def rms(x, w, eps):
@@ -330,10 +319,7 @@ def main():
     gen = torch.Generator().manual_seed(a.seed)
 
     if os.path.isdir(a.model):
-        has_mtp = any(n.startswith(f"model.layers.{hf_reference.load_config(a.model)['num_hidden_layers']}.")
-                      for f in model_files(a.model) for n in read_header(f)[0])
-        init = a.init or ("checkpoint" if has_mtp else "last-layer")
-        fam, emb, head, final_norm, layer = load_hf(a.model, init)
+        init, fam, emb, head, final_norm, layer = load_hf(a.model, a.init)
     else:
         if a.init == "checkpoint":
             sys.exit("train_mtp_head: a llama2.c checkpoint has no MTP layer: use --init last-layer")
