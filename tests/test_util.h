@@ -25,6 +25,7 @@ inline fs::path shared_dir() {
 }
 
 inline fs::path stories260k() { return shared_dir() / "models" / "stories260K"; }
+inline fs::path tiny1m() { return shared_dir() / "models" / "tiny1m"; }
 
 // The repo's copy of llama.cpp's tokenizer test vectors (tests/data), else ../shared.
 inline fs::path tokenizer_vectors_dir() {

@@ -13,6 +13,7 @@
 #include "engine/generate.h"
 #include "kernels/backend.h"
 #include "models/backend_decoder.h"
+#include "io/model_tokenizer.h"
 #include "models/model.h"
 
 namespace mx::cli {
@@ -22,17 +23,29 @@ struct ModelArgs {
   std::string model;
   std::string prompt_ids;
   std::string mtp_head;
+  std::string tokenizer;
   int threads = 0;
   ParallelOptions par;
   void add(CLI::App* s) {
     add_parallel_options(s, par);
     s->add_option("--model", model, "Model directory (config.json + safetensors), .gguf file or llama2.c .bin")
         ->required();
-    s->add_option("--prompt-ids", prompt_ids, "Prompt as token ids, e.g. \"1 2 3\" or 1,2,3")
-        ->required();
+    s->add_option("--prompt-ids", prompt_ids, "Prompt as token ids, e.g. \"1 2 3\" or 1,2,3");
     s->add_option("--threads", threads, "Worker threads (default: all cores)")
         ->check(CLI::Range(1, 1024));
+    s->add_option("--tokenizer", tokenizer,
+                  "Tokenizer file (tokenizer.json, .gguf or llama2.c tokenizer.bin); default: the model's own "
+                  "(tokenizer.json in its directory, the GGUF's, or tokenizer.bin / tok{vocab}.bin beside a "
+                  "llama2.c checkpoint)");
     s->add_option("--mtp-head", mtp_head, "A trained MTP head (safetensors, nextn layout): added to a model without one, or replacing the checkpoint's MTP tensors of the same names");
+  }
+  // The prompt's ids: --prompt-ids as given, or --prompt TEXT encoded (with BOS
+  // where the vocabulary adds it) by the model's tokenizer.
+  std::vector<int32_t> prompt(const std::string& text, const Tokenizer* tok) const {
+    if (text.empty()) return parse_token_ids(prompt_ids);
+    MX_CHECK(tok, "--prompt needs a tokenizer and none was found for {} (pass --tokenizer FILE, or --prompt-ids)",
+             model);
+    return tok->encode(text, /*add_special=*/true);
   }
   // Null on an MPI follower rank (it followed the leader's forwards until the end).
   std::unique_ptr<Model> load() const {
@@ -94,14 +107,18 @@ GenerateResult generate_on_backend(const std::string& spec, const Model& model, 
 }  // namespace
 
 Command add_generate(CLI::App& app) {
-  auto* s = app.add_subcommand("generate", "Generate tokens from a prompt of token ids");
+  auto* s = app.add_subcommand("generate", "Generate tokens from a text prompt or a prompt of token ids");
   auto a = std::make_shared<ModelArgs>();
+  auto text = std::make_shared<std::string>();
   auto o = std::make_shared<GenerateOptions>();
   auto print_ids = std::make_shared<bool>(false);
   auto spec = std::make_shared<SpecArgs>();
   auto comm_stats = std::make_shared<bool>(false);
   auto backend = std::make_shared<std::string>("native");
   a->add(s);
+  auto* text_opt = s->add_option("--prompt", *text, "Prompt text, encoded by the model's tokenizer; the prompt and "
+                                                   "its continuation are printed as text");
+  text_opt->excludes(s->get_option("--prompt-ids"));
   s->add_option("--backend", *backend,
                 "native: the CPU engine (every feature); cpu, cuda[:N], hip[:N]: the model run op by op on that "
                 "backend (one sequence, GQA models; greedy argmax on the device)")
@@ -117,8 +134,9 @@ Command add_generate(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   s->add_option("--seed", o->sampling.seed, "Sampling seed");
   s->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at EOS");
-  s->add_flag("--print-ids", *print_ids, "Print only the generated ids on stdout");
-  return {s, [a, o, print_ids, spec, comm_stats, backend] {
+  s->add_flag("--print-ids", *print_ids, "Print only the generated ids on stdout (also with --prompt)");
+  return {s, [a, o, text, print_ids, spec, comm_stats, backend] {
+            MX_CHECK(!text->empty() || !a->prompt_ids.empty(), "generate: give --prompt TEXT or --prompt-ids IDS");
             if (a->threads) set_global_threads(a->threads);
             const SpecOptions so = spec->get();
             const bool on_backend = *backend != "native";
@@ -130,7 +148,12 @@ Command add_generate(CLI::App& app) {
             }
             auto model = a->load();
             if (!model) return 0;  // an MPI follower rank: the leader printed the result
-            auto prompt = parse_token_ids(a->prompt_ids);
+            const ModelTokenizer tok = load_model_tokenizer(a->model, a->tokenizer);
+            if (tok.tokenizer)
+              MX_CHECK(tok.tokenizer->vocab_size <= size_t(model->config().vocab_size),
+                       "the tokenizer {} ({} tokens) does not fit the model's vocabulary of {}", tok.path,
+                       tok.tokenizer->vocab_size, model->config().vocab_size);
+            auto prompt = a->prompt(*text, tok.tokenizer.get());
             EngineMetrics stats;
             // The parallel model stays reachable for --comm-stats after the engine took it.
             auto* pm = dynamic_cast<ParallelModel*>(model.get());
@@ -147,8 +170,14 @@ Command add_generate(CLI::App& app) {
                            resident_bytes() / 1048576.0);
             }
             std::string out;
-            for (size_t i = 0; i < r.tokens.size(); ++i)
-              out += (i ? " " : "") + std::to_string(r.tokens[i]);
+            if (!text->empty() && !*print_ids) {
+              // As llama2.c's run.c and llama.cpp print it: the prompt, then its continuation.
+              std::vector<int32_t> all = prompt;
+              all.insert(all.end(), r.tokens.begin(), r.tokens.end());
+              out = tok.tokenizer->decode(all);
+            } else {
+              for (size_t i = 0; i < r.tokens.size(); ++i) out += (i ? " " : "") + std::to_string(r.tokens[i]);
+            }
             std::printf("%s\n", out.c_str());
             if (!*print_ids) {
               const int n = int(r.tokens.size());
@@ -182,6 +211,7 @@ Command add_logits(CLI::App& app) {
   auto* s = app.add_subcommand("logits", "Print the last prompt position's logits, one per line");
   auto a = std::make_shared<ModelArgs>();
   a->add(s);
+  s->get_option("--prompt-ids")->required();
   return {s, [a] {
             if (a->threads) set_global_threads(a->threads);
             auto model = a->load();

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
-#include "io/tokenizer.h"
+#include "io/model_tokenizer.h"
 #include "models/model.h"
 #include "server/dp_proxy.h"
 #include "server/http_server.h"
@@ -122,7 +122,7 @@ Command add_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   s->add_option("--model", a->model, "Model directory (config.json + safetensors [+ tokenizer.json]), .gguf file (with its tokenizer) or llama2.c .bin")
       ->required();
-  s->add_option("--tokenizer", a->tokenizer, "tokenizer.json to use (default: the model directory's, if any)");
+  s->add_option("--tokenizer", a->tokenizer, "Tokenizer file (tokenizer.json, .gguf or llama2.c tokenizer.bin); default: the model's own (tokenizer.json in its directory, the GGUF's, or tokenizer.bin / tok{vocab}.bin beside a llama2.c checkpoint)");
   s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   s->add_option("--port", a->port, "Port (0: any free port, printed at start)")
       ->check(CLI::Range(0, 65535))
@@ -181,14 +181,9 @@ Command add_serve(CLI::App& app) {
             if (a->threads) set_global_threads(a->threads);
             a->engine.prefix_cache = !a->no_prefix_cache;
             a->engine.spec = a->spec.get();
-            std::string tok_path = a->tokenizer;
-            if (tok_path.empty() && std::filesystem::is_directory(a->model) &&
-                std::filesystem::exists(std::filesystem::path(a->model) / "tokenizer.json"))
-              tok_path = (std::filesystem::path(a->model) / "tokenizer.json").string();
-            std::unique_ptr<Tokenizer> tok;
-            if (!tok_path.empty()) tok = load_tokenizer_hf(tok_path);
-            else if (is_gguf_file(a->model) && GgufFile(a->model).has("tokenizer.ggml.model"))
-              tok = load_tokenizer_gguf(GgufFile(a->model));  // a GGUF carries its own tokenizer
+            ModelTokenizer mt = load_model_tokenizer(a->model, a->tokenizer);
+            std::unique_ptr<Tokenizer> tok = std::move(mt.tokenizer);
+            const std::string tok_path = mt.path;
 
             if (a->dp > 1) {
               return serve_data_parallel(*a, sigs, tok.get(), server_options(*a));

@@ -51,6 +51,13 @@ bool looks_like_llama2c(const std::string& path) {
   return read_header(f, h);
 }
 
+int llama2c_vocab_size(const std::string& path) {
+  MappedFile f(path);
+  Header h;
+  if (!read_header(f, h)) fail("{}: not a llama2.c checkpoint", path);
+  return int(std::abs(int64_t(h.vocab_size)));
+}
+
 ImportedModel import_llama2c(const std::string& path) {
   auto file = std::make_shared<MappedFile>(path);
   Header h;

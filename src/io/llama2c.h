@@ -20,4 +20,7 @@ bool looks_like_llama2c(const std::string& path);
 
 ImportedModel import_llama2c(const std::string& path);
 
+// The vocabulary size its header states (a negative one means an untied classifier).
+int llama2c_vocab_size(const std::string& path);
+
 }  // namespace mx

@@ -765,6 +765,34 @@ std::unique_ptr<Tokenizer> load_tokenizer_gguf(const GgufFile& g) {
   return tok;
 }
 
+std::unique_ptr<Tokenizer> make_spm_tokenizer(SpmVocab in, const std::string& where) {
+  const size_t n = in.text.size();
+  if (n == 0) fail("{}: the vocabulary is empty", where);
+  if (n > size_t(INT32_MAX)) fail("{}: {} tokens is too many", where, n);
+  if (in.score.size() != n || in.type.size() != n)
+    fail("{}: {} token texts but {} scores and {} types", where, n, in.score.size(), in.type.size());
+  auto tok = std::make_unique<SpmTokenizer>();
+  tok->model = "llama";
+  tok->pre = in.pre;
+  Vocab& v = tok->v_;
+  v.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    v.text[i] = in.text[i].empty() ? fmt::format("[EMPTY_{}]", i) : std::move(in.text[i]);
+    v.score[i] = in.score[i];
+    v.type[i] = in.type[i];
+  }
+  for (size_t i = 0; i < n; ++i) v.index(int32_t(i));
+  tok->bos_id = tok->valid_or(in.bos_id, -1);
+  tok->eos_id = tok->valid_or(in.eos_id, -1);
+  tok->unk_id = tok->valid_or(in.unk_id, -1);
+  tok->add_bos = in.add_bos;
+  if (tok->add_bos && tok->bos_id < 0) fail("{}: the vocabulary adds BOS but has no BOS token", where);
+  tok->add_space_prefix = in.add_space_prefix;
+  tok->build();
+  tok->finish();
+  return tok;
+}
+
 // ---- HF tokenizer.json ----
 
 namespace {

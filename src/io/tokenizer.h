@@ -78,6 +78,23 @@ std::unique_ptr<Tokenizer> load_tokenizer_hf(const std::string& tokenizer_json_p
 std::unique_ptr<Tokenizer> parse_tokenizer_hf(const nlohmann::json& tokenizer_json,
                                               const nlohmann::json& tokenizer_config, const std::string& where);
 
+// A SentencePiece-style tokenizer (the GGUF "llama" model) from a plain
+// vocabulary, for formats that carry one outside GGUF (llama2.c's tokenizer
+// files: io/llama2c_tokenizer.h). Spaces inside `text` are spelled "▁" (U+2581),
+// byte-fallback tokens "<0xXX>". Encoding merges the adjacent pair of highest
+// score first (the leftmost on ties), with byte fallback for what no token
+// spells; `add_space_prefix` puts a space in front of the text (SentencePiece's
+// dummy prefix).
+struct SpmVocab {
+  std::vector<std::string> text;
+  std::vector<float> score;
+  std::vector<TokenType> type;
+  int32_t bos_id = -1, eos_id = -1, unk_id = -1;
+  bool add_bos = true, add_space_prefix = true;
+  std::string pre;  // names the source, as Tokenizer::pre does
+};
+std::unique_ptr<Tokenizer> make_spm_tokenizer(SpmVocab vocab, const std::string& where);
+
 // GPT-2's byte-to-unicode map used by byte-level BPE vocabularies: byte b is
 // spelled by this UTF-8 string ("Ġ" for ' ').
 const std::string& byte_level_char(uint8_t b);

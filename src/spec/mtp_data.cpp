@@ -76,6 +76,7 @@ MtpDataStats write_mtp_data(std::unique_ptr<Model> model, const MtpDataOptions& 
   EngineOptions eo;
   eo.max_running = o.max_running;
   eo.prefix_cache = false;
+  eo.max_queue = N;  // every sequence is submitted before the engine runs
   Engine engine(std::move(model), eo);
   run_all(engine, seqs, sampled, n_sampled);
   run_all(engine, seqs, greedy, n_greedy);

@@ -33,7 +33,7 @@ TEST(Cli, BadInvocationsFailWithAMessage) {
            {"generate" + m + " --prompt-ids 1 --max-tokens 100000", "exceeds the model's context"},
            {"generate" + m + " --prompt-ids 9999", "outside the vocabulary"},
            {"generate --model /nonexistent --prompt-ids 1", "does not exist"},
-           {"generate" + m, "--prompt-ids"},
+           {"generate" + m, "--prompt TEXT or --prompt-ids"},
            {"generate" + m + " --prompt-ids 9999 --backend cpu", "outside the vocabulary"},
            {"generate" + m + " --prompt-ids 1 --backend tpu", "unknown backend 'tpu'"},
            {"generate" + m + " --prompt-ids 1 --backend cpu --speculative ngram", "--speculative"},
@@ -61,6 +61,32 @@ TEST(Cli, GenerateOnTheCpuBackendEqualsNative) {
     EXPECT_TRUE(r.out.find("device") != std::string::npos || r.out.find("not compiled") != std::string::npos)
         << r.out;
   }
+}
+
+// stories260K finds its llama2.c tokenizer (tok512.bin) beside it: a text prompt
+// gives llama2.c run.c's output (prompt and greedy continuation), byte for byte;
+// --print-ids gives run.c's ids.
+TEST(Cli, GenerateTextPromptPrintsLlama2cContinuation) {
+  const std::string golden = std::string(MX_SOURCE_DIR) + "/tests/data/stories260K-goldens/";
+  const std::string g = bin() + " generate --model " + stories() +
+                        " --prompt 'Lily and Ben went to the park.' --max-tokens 40 --temperature 0";
+  auto r = mxtest::run(g);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, mxtest::slurp(golden + "lily_and_ben_greedy40.txt"));
+  auto ids = mxtest::run(g + " --print-ids");
+  ASSERT_EQ(ids.code, 0);
+  std::string want;
+  for (const auto& l : mxtest::read_lines(golden + "lily_and_ben_greedy40_ids.txt")) want += (want.empty() ? "" : " ") + l;
+  EXPECT_EQ(ids.out, want + "\n");
+  // Without a tokenizer a text prompt is a clear error; --prompt and --prompt-ids exclude each other.
+  mxtest::TempDir d;
+  std::filesystem::copy_file(stories(), d / "m.bin");
+  auto none = mxtest::run(bin() + " generate --model " + (d / "m.bin") + " --prompt hi", true);
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.out.find("--prompt needs a tokenizer"), std::string::npos) << none.out;
+  auto both = mxtest::run(g + " --prompt-ids 1", true);
+  EXPECT_NE(both.code, 0);
+  EXPECT_NE(both.out.find("excludes"), std::string::npos) << both.out;
 }
 
 TEST(Cli, MalformedSafetensorsNamesTheProblem) {

@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "io/gguf.h"
+#include "io/model_tokenizer.h"
 #include "io/tokenizer.h"
 #include "models/model.h"
 #include "models/synthetic.h"
@@ -82,7 +83,7 @@ class TestServer {
  public:
   struct Options {
     mx::EngineOptions engine;
-    std::string tokenizer;  // tokenizer.json path, or "" for none
+    std::string tokenizer;  // a tokenizer file (tokenizer.json, .gguf, llama2.c's), or "" for none
     std::string name = "test-model";
     int http_threads = 96;
     mx::server::ApiLimits limits;
@@ -92,7 +93,7 @@ class TestServer {
     // 2 cores, and a spinning pool worker would fight them (outputs do not depend
     // on the thread count). No effect if the process's pool already exists.
     mx::set_global_threads(1);
-    if (!o.tokenizer.empty()) tok_ = mx::load_tokenizer_hf(o.tokenizer);
+    if (!o.tokenizer.empty()) tok_ = mx::load_model_tokenizer(model_path, o.tokenizer).tokenizer;
     engine_ = std::make_unique<mx::Engine>(mx::load_model(model_path), o.engine);
     mx::server::ServerOptions so;
     so.host = "127.0.0.1";

@@ -198,6 +198,35 @@ TEST(Server, PrefixCacheServesTheSharedPrefixWithIdenticalOutput) {
   EXPECT_GT(metric(m1, "mxserve_kv_blocks{state=\"cached\"}"), 0);
 }
 
+// stories260K with its llama2.c tokenizer (tok512.bin) takes a text prompt and
+// answers with llama2.c run.c's greedy continuation, as text and as ids.
+TEST(Server, StoriesTextPromptContinuesAsLlama2c) {
+  TestServer::Options o = stories_opts();
+  o.tokenizer = (stories260k() / "tok512.bin").string();
+  TestServer srv(stories_bin(), o);
+  const std::string prompt = "Lily and Ben went to the park.";
+  auto r = post(srv.port(), "/v1/completions",
+                {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string golden_dir = source_dir().string() + "/tests/data/stories260K-goldens/";
+  std::vector<int32_t> want;
+  for (const auto& l : read_lines(golden_dir + "lily_and_ben_greedy40_ids.txt")) want.push_back(std::stoi(l));
+  std::string text = slurp(golden_dir + "lily_and_ben_greedy40.txt");
+  text = text.substr(prompt.size(), text.size() - prompt.size() - 1);  // run.c printed the prompt and a newline
+  const json& ch = r.j["choices"][0];
+  EXPECT_EQ(ids_of(ch["token_ids"]), want);
+  EXPECT_EQ(ch["text"], text);
+  EXPECT_EQ(r.j["usage"]["prompt_tokens"], 13);  // BOS + 12, as run.c encodes it
+  // Streamed, the chunks concatenate to the same text.
+  auto st = post_stream(srv.port(), "/v1/completions",
+                        {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}, {"stream", true}});
+  ASSERT_EQ(st.status, 200);
+  std::string streamed;
+  for (const json& c : st.chunks)
+    if (c.contains("choices") && !c["choices"].empty()) streamed += c["choices"][0].value("text", "");
+  EXPECT_EQ(streamed, text);
+}
+
 TEST(Server, ErrorsUseTheOpenAiShape) {
   TestServer srv(stories_bin(), stories_opts());
   const int p = srv.port();
