@@ -14,6 +14,8 @@
 
 namespace mx {
 
+class Tokenizer;
+
 struct GgufCheckpoint {
   ModelConfig config;
   std::shared_ptr<TensorStore> tensors;  // HF names; keeps the mapping alive
@@ -36,12 +38,15 @@ struct ConvertReport {
 };
 
 // Writes an HF checkpoint (config + tensors, possibly already MXFP4-quantized)
-// as GGUF for llama.cpp. hf_dir supplies tokenizer.json (when present).
+// as GGUF for llama.cpp. The tokenizer written: `spm`, a SentencePiece-style
+// one (e.g. llama2.c's tok512.bin, for a model that has no tokenizer.json), as
+// tokenizer.ggml.model "llama" with its pieces, scores and token types; else
+// hf_dir's tokenizer.json (byte-level BPE), when present.
 // F32/F16/BF16: every float tensor of rank >= 2 in that type, 1-D tensors F32
 // (as llama.cpp's convert_hf_to_gguf.py). MXFP4: the Linear layers that
 // `mxserve quantize --format mxfp4` would quantize, bit-identically; other
 // tensors keep their source float type. Already-quantized MXFP4 layers stay MXFP4.
 ConvertReport write_gguf_checkpoint(const ModelConfig& c, const TensorStore& tensors, const std::string& hf_dir,
-                                    const std::string& out, GgufOutType type);
+                                    const std::string& out, GgufOutType type, const Tokenizer* spm = nullptr);
 
 }  // namespace mx

@@ -11,6 +11,7 @@
 #include "io/ggml_dequant.h"
 #include "io/gguf.h"
 #include "io/gguf_model.h"
+#include "io/tokenizer.h"
 #include "io/gguf_names.h"
 #include "io/gguf_rows.h"
 #include "io/gguf_writer.h"
@@ -243,13 +244,43 @@ void write_tokenizer(GgufWriter& w, const ModelConfig& c, const std::string& hf_
   w.add_bool("tokenizer.ggml.add_bos_token", c.arch == Arch::Llama);
 }
 
+// tokenizer.ggml.* of a SentencePiece-style vocabulary (llama.cpp's "llama"
+// model): pieces spelled with "▁", scores, token types.
+void write_spm_tokenizer(GgufWriter& w, const ModelConfig& c, const Tokenizer& t) {
+  MX_CHECK(t.model == "llama", "a '{}' tokenizer is not SentencePiece-style", t.model);
+  MX_CHECK(t.vocab_size <= size_t(c.vocab_size), "the tokenizer has {} tokens, the model's vocabulary {}",
+           t.vocab_size, c.vocab_size);
+  std::vector<std::string> tokens(size_t(c.vocab_size));
+  std::vector<float> scores(size_t(c.vocab_size), 0.0f);
+  std::vector<int32_t> types(size_t(c.vocab_size), int32_t(TokenType::Unused));
+  for (size_t i = 0; i < size_t(c.vocab_size); ++i) {
+    if (i >= t.vocab_size) {
+      tokens[i] = fmt::format("[PAD{}]", i);  // as convert_hf_to_gguf.py pads a short vocabulary
+      continue;
+    }
+    tokens[i] = t.token_text(int32_t(i));
+    scores[i] = t.token_score(int32_t(i));
+    types[i] = int32_t(t.token_type(int32_t(i)));
+  }
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_string("tokenizer.ggml.pre", "default");
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_f32_array("tokenizer.ggml.scores", scores);
+  w.add_i32_array("tokenizer.ggml.token_type", types);
+  if (t.unk_id >= 0) w.add_u32("tokenizer.ggml.unknown_token_id", uint32_t(t.unk_id));
+  w.add_bool("tokenizer.ggml.add_bos_token", t.add_bos);
+  w.add_bool("tokenizer.ggml.add_eos_token", t.add_eos);
+  w.add_bool("tokenizer.ggml.add_space_prefix", t.add_space_prefix);
+}
+
 }  // namespace
 
 ConvertReport write_gguf_checkpoint(const ModelConfig& c, const TensorStore& s, const std::string& hf_dir,
-                                    const std::string& out, GgufOutType type) {
+                                    const std::string& out, GgufOutType type, const Tokenizer* spm) {
   GgufWriter w;
   write_metadata(w, c, hf_dir.empty() ? "mxserve" : fs::path(hf_dir).filename().string(), type);
-  write_tokenizer(w, c, hf_dir);
+  if (spm) write_spm_tokenizer(w, c, *spm);
+  else write_tokenizer(w, c, hf_dir);
   ConvertReport rep;
   const std::vector<std::string> excludes = default_excludes(c.num_hidden_layers, c.num_nextn_predict_layers);
   // The ggml type of a (logical) HF weight.

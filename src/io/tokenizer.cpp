@@ -198,6 +198,11 @@ class BaseTokenizer : public Tokenizer {
     return v_.type[size_t(id)];
   }
 
+  float token_score(int32_t id) const override {
+    check(id);
+    return v_.score[size_t(id)];
+  }
+
   std::optional<int32_t> find_token(std::string_view text) const override {
     int32_t id = v_.find(text);
     if (id < 0) return std::nullopt;
@@ -464,7 +469,7 @@ class BpeTokenizer final : public BaseTokenizer {
 
 class SpmTokenizer final : public BaseTokenizer {
  public:
-  bool add_space_prefix = true;
+  SpmTokenizer() { add_space_prefix = true; }
 
   void build() {
     strip_first_space_ = add_space_prefix;

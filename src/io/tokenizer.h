@@ -50,6 +50,8 @@ class Tokenizer {
   // The vocabulary entry as stored ("Ġthe", "▁the", "<0x0A>", "<|endoftext|>").
   virtual std::string token_text(int32_t id) const = 0;
   virtual TokenType token_type(int32_t id) const = 0;
+  // Its score: the merge priority of SentencePiece-style vocabularies (0 elsewhere).
+  virtual float token_score(int32_t id) const = 0;
   // Id of the vocabulary entry spelled exactly `text`, if any.
   virtual std::optional<int32_t> find_token(std::string_view text) const = 0;
 
@@ -60,6 +62,7 @@ class Tokenizer {
   size_t vocab_size = 0;
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, sep_id = -1, pad_id = -1, eot_id = -1, eom_id = -1;
   bool add_bos = false, add_eos = false;
+  bool add_space_prefix = false;  // SentencePiece: a space goes in front of the text
   std::vector<int32_t> eog_ids;  // sorted
 };
 
