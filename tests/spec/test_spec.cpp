@@ -10,7 +10,9 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "models/model.h"
+#include "io/llama2c_tokenizer.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "models/synthetic.h"
 #include "spec/ngram.h"
 #include "spec/verify.h"
@@ -45,10 +47,25 @@ std::vector<int32_t> plain(Model& m, const std::vector<int32_t>& p, int max_toke
   return generate(m, p, o).tokens;
 }
 
+// Text prompts for stories260K (what it was trained on), encoded by its own
+// tokenizer: story openings of several lengths.
+std::vector<std::vector<int32_t>> story_prompts() {
+  auto tok = load_tokenizer_llama2c((mxtest::stories260k() / "tok512.bin").string());
+  std::vector<std::vector<int32_t>> out;
+  for (const char* t : {"Once upon a time", "Lily and Ben went to the park.", "Tom had a red ball. He",
+                        "One day, a little bird", "The sun was hot. Sara wanted to", "Max the dog",
+                        "Mom said, \"Let's go", "There was a big tree in the garden.", "Anna and her friend",
+                        "It was a rainy day.", "The cat saw a", "Ben liked to play with his toy car."})
+    out.push_back(tok->encode(t, true));
+  return out;
+}
+
 // Many concurrent greedy requests with speculation on give exactly plain
-// decoding's tokens; returns the engine's metrics.
+// decoding's tokens; returns the engine's metrics. `prompts`, when given,
+// replaces the synthetic ones (request i takes prompts[i % size]).
 EngineMetrics expect_greedy_identical(std::unique_ptr<Model> spec_model, Model& ref, SpecOptions spec,
-                                      int n_requests, EngineOptions eo = {}) {
+                                      int n_requests, EngineOptions eo = {},
+                                      const std::vector<std::vector<int32_t>>& prompts = {}) {
   eo.spec = spec;
   eo.max_running = std::min(eo.max_running, 6);
   const int V = ref.config().vocab_size;
@@ -59,6 +76,7 @@ EngineMetrics expect_greedy_identical(std::unique_ptr<Model> spec_model, Model& 
     // Some prompts repeat a phrase, so n-gram lookup has something to find.
     auto p = prompt_of(i, 4 + (i * 13) % 60, V);
     if (i % 2) p.insert(p.end(), p.begin(), p.begin() + std::min<size_t>(p.size(), 12));
+    if (!prompts.empty()) p = prompts[size_t(i) % prompts.size()];
     const int max_tokens = 10 + (i * 7) % 50;
     want[submit(e, run, p, max_tokens)] = plain(ref, p, max_tokens);
   }
@@ -123,19 +141,28 @@ TEST(SpecDecoding, NgramGreedyIdenticalOnStories) {
 
 TEST(SpecDecoding, TrainedMtpHeadGreedyIdenticalAndAccepts) {
   auto ref = load_model(stories());
+  // The committed head (tools/train_mtp_head.py on `mxserve mtp-data` of the
+  // genuine model; held-out top-1 agreement 0.742) on story prompts, 12
+  // concurrent requests: acceptance measured 0.88 / 0.70 / 0.63 at k = 1 / 2 / 4
+  // (adaptive); a random head accepts ~1/512. The floors leave a wide margin.
+  const std::map<int, double> floor = {{1, 0.6}, {2, 0.5}, {4, 0.3}};
   for (int k : {1, 2, 4}) {
     SpecOptions s;
     s.mode = SpecMode::mtp;
     s.steps = k;
     s.adaptive = k == 4;
-    EngineMetrics m = expect_greedy_identical(stories_with_head(), *ref, s, 12);
+    EngineMetrics m = expect_greedy_identical(stories_with_head(), *ref, s, 12, {}, story_prompts());
     ASSERT_GT(m.spec_draft_tokens, 0u);
-    // The committed head was trained to predict the model (held-out top-1
-    // agreement 0.20; greedy acceptance measured 26% at k=1, 14% at k=3): a
-    // random head accepts ~1/512.
     const double rate = double(m.spec_accepted_tokens) / double(m.spec_draft_tokens);
-    EXPECT_GT(rate, 0.08) << "k=" << k << " acceptance " << rate;
+    std::printf("k=%d: %llu drafted, %llu accepted (%.3f)\n", k, (unsigned long long)m.spec_draft_tokens,
+                (unsigned long long)m.spec_accepted_tokens, rate);
+    EXPECT_GT(rate, floor.at(k)) << "k=" << k << " acceptance " << rate;
   }
+  // On random-token prompts (out of distribution) it still never changes the output.
+  SpecOptions s;
+  s.mode = SpecMode::mtp;
+  s.steps = 3;
+  expect_greedy_identical(stories_with_head(), *ref, s, 8);
 }
 
 TEST(SpecDecoding, MoeFamiliesGreedyIdentical) {
