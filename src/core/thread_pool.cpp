@@ -63,6 +63,7 @@ void ThreadPool::run(int64_t n, RangeFn fn, int64_t grain) {
     fn(0, n);
     return;
   }
+  std::lock_guard<std::mutex> turn(run_mu_);
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;

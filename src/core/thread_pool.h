@@ -6,6 +6,7 @@
 // so a decode step with hundreds of small loops does not pay a futex wake each time.
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -32,7 +33,9 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Runs fn over [0, n) split into ranges aligned to `grain` elements.
+  // Runs fn over [0, n) split into ranges aligned to `grain` elements. Safe to
+  // call from several threads (e.g. the engines of in-process DP replicas sharing
+  // the process's pool): the pool has one job slot, so callers take turns.
   void run(int64_t n, RangeFn fn, int64_t grain = 1);
 
   template <typename F>
@@ -49,6 +52,7 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  std::mutex run_mu_;  // one job at a time
   // The job being run; written before generation_ is bumped.
   const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0, job_grain_ = 1;

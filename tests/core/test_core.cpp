@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 #include <cmath>
 #include <vector>
 
@@ -66,6 +67,30 @@ TEST(ThreadPool, CoversEveryIndexOnceForAnySizeAndGrain) {
       }, grain);
       for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << n << " " << grain << " " << i;
     }
+}
+
+// Two callers at once (the engines of in-process DP replicas share the
+// process's pool): each loop still covers its own range exactly once. Before
+// the pool serialised its callers, the second overwrote the first's job and the
+// server hung or crashed under `serve --dp 2`.
+TEST(ThreadPool, ConcurrentCallersEachGetTheirWholeLoop) {
+  ThreadPool pool(3);
+  std::atomic<int> bad{0};
+  auto caller = [&](int salt) {
+    std::vector<int> hits(4096);
+    for (int iter = 0; iter < 2000; ++iter) {
+      const int64_t n = 1 + (iter * 37 + salt) % 4096;
+      std::fill(hits.begin(), hits.end(), 0);
+      pool.parallel_for(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)] += 1;
+      });
+      for (int64_t i = 0; i < 4096; ++i) bad += hits[size_t(i)] != (i < n ? 1 : 0);
+    }
+  };
+  std::thread a(caller, 0), b(caller, 11);
+  a.join();
+  b.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 TEST(ThreadPool, NestedLoopsRunInline) {
