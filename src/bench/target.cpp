@@ -47,17 +47,28 @@ class HttpTarget : public Target {
     MX_CHECK(std::regex_match(url, m, re), "--url must be http://host[:port], got '{}'", url);
     host_ = m[1];
     port_ = m[2].matched ? std::stoi(m[2]) : 80;
-    if (model_.empty()) {
+    // The model's name and, when the server says it (mxserve serve's "vocab_size"),
+    // its vocabulary, from /v1/models.
+    if (model_.empty() || vocab_ == 0) {
       httplib::Client cli(host_, port_);
       cli.set_connection_timeout(10);
       auto res = cli.Get("/v1/models");
-      MX_CHECK(res && res->status == 200, "{}: GET /v1/models failed ({}); pass --served-model", url,
-               res ? std::to_string(res->status) : httplib::to_string(res.error()));
-      const json j = json::parse(res->body, nullptr, false);
-      MX_CHECK(!j.is_discarded() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
-                   j["data"][0].contains("id") && j["data"][0]["id"].is_string(),
-               "{}: /v1/models lists no model; pass --served-model", url);
-      model_ = j["data"][0]["id"];
+      if (model_.empty())
+        MX_CHECK(res && res->status == 200, "{}: GET /v1/models failed ({}); pass --served-model", url,
+                 res ? std::to_string(res->status) : httplib::to_string(res.error()));
+      const json j = res && res->status == 200 ? json::parse(res->body, nullptr, false) : json();
+      const bool listed = j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty();
+      if (model_.empty()) {
+        MX_CHECK(listed && j["data"][0].contains("id") && j["data"][0]["id"].is_string(),
+                 "{}: /v1/models lists no model; pass --served-model", url);
+        model_ = j["data"][0]["id"];
+      }
+      if (vocab_ == 0 && listed)
+        for (const json& m : j["data"])
+          if (m.is_object() && m.value("id", "") == model_ && m.contains("vocab_size") &&
+              m["vocab_size"].is_number_integer() && m["vocab_size"].get<int64_t>() > 3 &&
+              m["vocab_size"].get<int64_t>() <= (int64_t(1) << 24))
+            vocab_ = m["vocab_size"].get<int>();
     }
   }
 

@@ -68,7 +68,8 @@ std::vector<int> parse_int_list(const std::string& s, const char* what) {
   return out;
 }
 
-// The vocabulary prompts are drawn from: --vocab, else the model's config.json.
+// The vocabulary prompts are drawn from: --vocab, else what the endpoint says
+// (/v1/models "vocab_size", or the in-process engine), else the model's config.
 int resolve_vocab(const BenchArgs& a, const bench::Target& t) {
   if (a.vocab) return a.vocab;
   if (t.vocab_size()) return t.vocab_size();

@@ -457,7 +457,10 @@ struct HttpServer::Impl {
                 {"object", "model"},
                 {"created", int64_t(std::time(nullptr))},
                 {"owned_by", "mxserve"},
-                {"max_model_len", ctx.context_length}};
+                {"max_model_len", ctx.context_length},
+                // mxserve's own field: the ids a token-id prompt may use, so a load
+                // generator (mxserve bench --url) needs no --vocab against this server.
+                {"vocab_size", engine.config().vocab_size}};
   }
 
   void setup_routes() {

@@ -57,6 +57,24 @@ TEST(CliBench, InProcessCustomWorkload) {
   EXPECT_DOUBLE_EQ(j["points"][0]["output_tokens"].get<double>(), 24);
 }
 
+// Against `mxserve serve` by URL, no --vocab: the server's /v1/models says its
+// vocabulary (and the model's name), so the bench needs nothing else.
+TEST(CliBench, UrlAgainstOurServerNeedsNoVocab) {
+  if (!mxtest::fs::exists(stories())) GTEST_SKIP() << "stories260K not found";
+  mxtest::TempDir d;
+  const std::string log = d / "serve.log";
+  mxtest::spit(d / "run.sh",
+               mxtest::mxserve() + " serve --model " + stories() + " --port 0 --threads 1 2>" + log + " & S=$!\n" +
+                   "for i in $(seq 1 100); do P=$(sed -n 's|.*on http://127.0.0.1:\\([0-9]*\\).*|\\1|p' " + log +
+                   "); [ -n \"$P\" ] && break; sleep 0.1; done\n" + mxtest::mxserve() +
+                   " bench --url http://127.0.0.1:$P --workload custom --input-len 20 --output-len 4 --requests 2"
+                   " --concurrency 1 --no-progress --out " + d.path().string() + "\nR=$?\nkill $S; wait $S\nexit $R\n");
+  const auto r = run("bash " + (d / "run.sh"), true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(mxtest::slurp(d.path() / "custom.json"));
+  EXPECT_EQ(j["points"][0]["requests_ok"], 2);
+}
+
 TEST(CliBench, BadFlags) {
   const std::string b = mxtest::mxserve() + " bench ";
   EXPECT_NE(run(b + "--workload aa-single").code, 0);  // no target

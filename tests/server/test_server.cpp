@@ -68,6 +68,7 @@ TEST(Server, TokenIdCompletionEqualsGenerateCli) {
   ASSERT_EQ(models.status, 200);
   EXPECT_EQ(models.j["object"], "list");
   EXPECT_EQ(models.j["data"][0]["id"], "stories260K");
+  EXPECT_EQ(models.j["data"][0]["vocab_size"], 512);  // what `mxserve bench --url` draws prompt ids from
   EXPECT_EQ(http_request(srv.port(), "GET", "/v1/models/stories260K").status, 200);
   auto health = http_request(srv.port(), "GET", "/health");
   EXPECT_EQ(health.status, 200);
