@@ -388,16 +388,23 @@ struct HttpServer::Impl {
       }
       std::vector<char> touched(job.choices.size(), 0);
       for (const Event& e : evs) {
-        const bool was_done = job.choices[size_t(e.choice)].done;
+        Choice& c = job.choices[size_t(e.choice)];
+        const bool was_done = c.done;
         apply(job, e);
-        if (!was_done) touched[size_t(e.choice)] = 1;
+        if (was_done) continue;
+        // One event per token: sent as it is applied, even when several arrived at once.
+        if (job.req.token_events || !tok) {
+          if (c.done || c.tokens.size() > c.sent_tokens)
+            if (!send_json(choice_chunk(job, c, size_t(e.choice)))) return gone();
+        } else {
+          touched[size_t(e.choice)] = 1;
+        }
       }
       for (size_t i = 0; i < job.choices.size(); ++i) {
         Choice& c = job.choices[i];
         if (!touched[i]) continue;
-        const bool new_tokens = c.tokens.size() > c.sent_tokens;
-        // With a tokenizer, tokens without text yet ride along with the next text.
-        if (c.done || !c.delta.empty() || (!tok && new_tokens))
+        // Text requests: tokens without text yet ride along with the next text.
+        if (c.done || !c.delta.empty())
           if (!send_json(choice_chunk(job, c, i))) return gone();
       }
     }

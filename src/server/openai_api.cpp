@@ -210,6 +210,7 @@ void parse_common(const json& b, const ApiContext& ctx, ApiRequest& r) {
   }
   r.ignore_eos = get_bool(b, "ignore_eos", false);
   r.stream = get_bool(b, "stream", false);
+  if (get_bool(b, "return_token_ids", false)) r.token_events = true;
   if (has(b, "stream_options")) {
     const json& so = b["stream_options"];
     if (!r.stream)
@@ -294,6 +295,7 @@ ApiRequest parse_completion_request(const json& b, const ApiContext& ctx) {
                                       ctx.limits.max_prompts),
                      "prompt");
     if (p[0].is_number()) {
+      r.token_events = true;
       r.prompts.push_back(token_array(p, "prompt"));
     } else if (p[0].is_string()) {
       for (const auto& x : p) {
@@ -301,6 +303,7 @@ ApiRequest parse_completion_request(const json& b, const ApiContext& ctx) {
         r.prompts.push_back(encode_text(ctx, x.get<std::string>(), "prompt"));
       }
     } else if (p[0].is_array()) {
+      r.token_events = true;
       for (const auto& x : p) {
         if (!x.is_array()) throw ApiError(400, kShape, "prompt");
         r.prompts.push_back(token_array(x, "prompt"));

@@ -76,6 +76,11 @@ struct ApiRequest {
   bool ignore_eos = false;
   bool stream = false, include_usage = false;
   bool logprobs = false;
+  // Stream one event per generated token (its token_ids, with whatever text became
+  // safe to send), rather than only when text is complete: for token-id prompts
+  // and for requests with "return_token_ids": true, so token timing can be measured
+  // whatever the tokens' text (a token may decode to nothing or half a character).
+  bool token_events = false;
 };
 
 // Both throw ApiError (400 bad field or a limit of ctx.limits exceeded, 404 unknown model).

@@ -421,6 +421,40 @@ TEST_F(TextServer, TextPromptsChatStopStringsAndLogprobs) {
   EXPECT_EQ(n_lp, 24u);
 }
 
+// Token-id prompts and "return_token_ids": true stream one event per generated
+// token, even where a token's text is held back (a byte of an unfinished UTF-8
+// character) or empty, so a client can time every token; the text still
+// concatenates to the non-streamed completion.
+TEST_F(TextServer, TokenIdRequestsStreamOneEventPerToken) {
+  TestServer srv(model_dir(), opts());
+  const int p = srv.port();
+  const mx::Tokenizer& tok = *srv.tokenizer();
+  const std::vector<int32_t> ids = tok.encode("Once upon a time", false);
+  for (const json& prompt_field : {json(ids), json("Once upon a time")}) {
+    json body = {{"prompt", prompt_field}, {"max_tokens", 48}, {"temperature", 0}, {"ignore_eos", true}};
+    if (prompt_field.is_string()) body["return_token_ids"] = true;
+    auto whole = post(p, "/v1/completions", body);
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    body["stream"] = true;
+    auto st = post_stream(p, "/v1/completions", body);
+    ASSERT_EQ(st.status, 200);
+    std::string text;
+    std::vector<int32_t> streamed;
+    int events_with_tokens = 0;
+    for (const json& c : st.chunks) {
+      const json& ch = c["choices"][0];
+      text += ch["text"].get<std::string>();
+      const auto t = ids_of(ch["token_ids"]);
+      if (!t.empty()) ++events_with_tokens;
+      EXPECT_LE(t.size(), 1u) << c.dump();
+      streamed.insert(streamed.end(), t.begin(), t.end());
+    }
+    EXPECT_EQ(events_with_tokens, 48) << prompt_field.dump();
+    EXPECT_EQ(streamed, ids_of(whole.j["choices"][0]["token_ids"]));
+    EXPECT_EQ(text, whole.j["choices"][0]["text"]);
+  }
+}
+
 TEST_F(TextServer, ClientDisconnectMidStreamCancelsTheRequest) {
   TestServer srv(model_dir(), opts());
   const int p = srv.port();
