@@ -50,6 +50,12 @@ PointStats compute_stats(const PointResult& p, const CostModel& cost) {
       continue;
     }
     ++s.requests_ok;
+    if (!r.timed() && s.untimed_requests++ == 0)
+      s.timing_warning = fmt::format(
+          "{} of {} tokens of a request arrived in stream events of their own, so TTFT / TPOT / ITL cannot be "
+          "timed (the endpoint batches tokens into chunks; mxserve serve sends one event per token for "
+          "token-id prompts)",
+          r.token_events, r.output_tokens);
     s.prompt_tokens += r.prompt_tokens;
     s.output_tokens += r.output_tokens;
     cached += r.cached_tokens;
@@ -70,6 +76,11 @@ PointStats compute_stats(const PointResult& p, const CostModel& cost) {
   s.output_tps_per_node = s.output_tps / nodes;
   s.total_tps_per_node = s.total_tps / nodes;
   s.per_user_tps = s.tpot.mean > 0 ? 1.0 / s.tpot.mean : 0;
+  if (!s.timed()) {
+    s.timing_warning = fmt::format("{} of {} requests: {}", s.untimed_requests, s.requests_ok, s.timing_warning);
+    s.ttft = s.tpot = s.itl = Summary{};
+    s.per_user_tps = 0;
+  }
   const double prompt = delta(p, "mxserve_prompt_tokens_total"), hit = delta(p, "mxserve_prompt_tokens_cached_total");
   if (prompt > 0 && hit >= 0) s.prefix_hit_rate = hit / prompt;
   else if (s.prompt_tokens > 0) s.prefix_hit_rate = cached / s.prompt_tokens;
@@ -96,16 +107,17 @@ nlohmann::json to_json(const PointStats& s) {
                       {"total_tok_s", s.total_tps},
                       {"output_tok_s_per_node", s.output_tps_per_node},
                       {"total_tok_s_per_node", s.total_tps_per_node},
-                      {"per_user_tok_s", s.per_user_tps},
-                      {"ttft_ms", to_json(s.ttft, 1e3)},
-                      {"tpot_ms", to_json(s.tpot, 1e3)},
-                      {"itl_ms", to_json(s.itl, 1e3)},
+                      {"per_user_tok_s", s.timed() ? nlohmann::json(s.per_user_tps) : nlohmann::json(nullptr)},
+                      {"ttft_ms", s.timed() ? to_json(s.ttft, 1e3) : nlohmann::json(nullptr)},
+                      {"tpot_ms", s.timed() ? to_json(s.tpot, 1e3) : nlohmann::json(nullptr)},
+                      {"itl_ms", s.timed() ? to_json(s.itl, 1e3) : nlohmann::json(nullptr)},
                       {"e2e_ms", to_json(s.e2e, 1e3)},
                       {"prefix_cache_hit_rate", opt(s.prefix_hit_rate)},
                       {"spec_acceptance", opt(s.spec_acceptance)},
                       {"usd_per_mtok_total", opt(s.usd_per_mtok_total)},
                       {"usd_per_mtok_output", opt(s.usd_per_mtok_output)}};
   if (!s.first_error.empty()) j["first_error"] = s.first_error;
+  if (!s.timed()) j["timing_warning"] = s.timing_warning;
   return j;
 }
 
@@ -113,12 +125,16 @@ std::string summary_line(const PointStats& s) {
   auto pct = [](const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : std::string("n/a"); };
   std::string head = s.request_rate > 0 ? fmt::format("rate {:g}/s", s.request_rate)
                                         : fmt::format("concurrency {}", s.concurrency);
+  const std::string timing =
+      s.timed() ? fmt::format("per-user {:.1f} tok/s, TTFT p50/p90/p99 {:.0f}/{:.0f}/{:.0f} ms, TPOT p50 {:.1f} ms, "
+                              "ITL p99 {:.1f} ms",
+                              s.per_user_tps, s.ttft.p50 * 1e3, s.ttft.p90 * 1e3, s.ttft.p99 * 1e3, s.tpot.p50 * 1e3,
+                              s.itl.p99 * 1e3)
+                : std::string("per-user n/a, TTFT n/a, TPOT n/a, ITL n/a");
   std::string line = fmt::format(
-      "{}: {} ok{}, output {:.1f} tok/s, total {:.1f} tok/s, per-user {:.1f} tok/s, TTFT p50/p90/p99 "
-      "{:.0f}/{:.0f}/{:.0f} ms, TPOT p50 {:.1f} ms, ITL p99 {:.1f} ms, prefix hit {}, spec acceptance {}",
-      head, s.requests_ok, s.requests_failed ? fmt::format(" ({} failed: {})", s.requests_failed, s.first_error) : "",
-      s.output_tps, s.total_tps, s.per_user_tps, s.ttft.p50 * 1e3, s.ttft.p90 * 1e3, s.ttft.p99 * 1e3,
-      s.tpot.p50 * 1e3, s.itl.p99 * 1e3, pct(s.prefix_hit_rate), pct(s.spec_acceptance));
+      "{}: {} ok{}, output {:.1f} tok/s, total {:.1f} tok/s, {}, prefix hit {}, spec acceptance {}", head,
+      s.requests_ok, s.requests_failed ? fmt::format(" ({} failed: {})", s.requests_failed, s.first_error) : "",
+      s.output_tps, s.total_tps, timing, pct(s.prefix_hit_rate), pct(s.spec_acceptance));
   if (s.usd_per_mtok_total) line += fmt::format(", ${:.3f}/Mtok total, ${:.3f}/Mtok output", *s.usd_per_mtok_total,
                                                 *s.usd_per_mtok_output);
   return line;

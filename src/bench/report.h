@@ -41,6 +41,11 @@ struct PointStats {
   Summary ttft, tpot, itl, e2e;  // seconds
   std::optional<double> prefix_hit_rate, spec_acceptance;
   std::optional<double> usd_per_mtok_total, usd_per_mtok_output;
+  // Requests whose tokens did not arrive one per stream event: then TTFT, TPOT,
+  // ITL and per-user tok/s cannot be timed and are reported n/a, with this reason.
+  int untimed_requests = 0;
+  std::string timing_warning;
+  bool timed() const { return untimed_requests == 0; }
 };
 
 PointStats compute_stats(const PointResult& p, const CostModel& cost);

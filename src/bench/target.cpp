@@ -24,9 +24,10 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 struct Arrivals {
   Clock::time_point t0 = Clock::now(), last;
   RequestResult* r;
-  explicit Arrivals(RequestResult* res) : r(res) {}
+  explicit Arrivals(RequestResult* res) : r(res) { r->token_events = 0; }
   void tokens(int k) {
     if (k <= 0) return;
+    ++r->token_events;
     const auto now = Clock::now();
     if (r->output_tokens == 0) {
       r->ttft_s = std::chrono::duration<double>(now - t0).count();

@@ -21,6 +21,10 @@ struct RequestResult {
   double ttft_s = 0, e2e_s = 0;     // first token / last token after send
   std::vector<double> itl_s;        // gaps between consecutive token arrivals (a chunk of k tokens: k gaps, 1 non-zero)
   int prompt_tokens = 0, cached_tokens = 0, output_tokens = 0;
+  // Stream events that carried tokens (-1: not counted). Token timing holds only
+  // when every token came in an event of its own: token_events == output_tokens.
+  int token_events = -1;
+  bool timed() const { return token_events < 0 || token_events == output_tokens; }
 };
 
 // Prometheus sample lines "name{labels} value" -> value (comments skipped,

@@ -179,6 +179,8 @@ int run_bench(BenchArgs& a) {
       points.push_back(bench::to_json(stats.back()));
       std::printf("%s %s\n", name.c_str(), bench::summary_line(stats.back()).c_str());
       std::fflush(stdout);
+      if (!stats.back().timed())
+        std::fprintf(stderr, "bench: warning: %s: %s\n", name.c_str(), stats.back().timing_warning.c_str());
     }
     nlohmann::json j = {{"mxserve_bench", 1},
                         {"date", utc_now()},

@@ -73,6 +73,37 @@ TEST(BenchReport, MissingCountersAreNotApplicable) {
   EXPECT_NE(summary_line(s).find("spec acceptance n/a"), std::string::npos);
 }
 
+// Tokens that did not arrive one per stream event cannot be timed: TTFT, TPOT,
+// ITL and per-user speed are n/a with the cause named, never impossible figures.
+TEST(BenchReport, BatchedTokensAreNotTimed) {
+  PointResult p;
+  p.concurrency = 1;
+  p.wall_s = 1.0;
+  RequestResult a;
+  a.ok = true;
+  a.output_tokens = 8;
+  a.ttft_s = 0.9;
+  a.e2e_s = 0.9;
+  a.token_events = 1;  // every token in the last chunk
+  RequestResult timed = a;
+  timed.token_events = 8;
+  timed.e2e_s = 1.6;
+  p.results = {timed, a};
+  const PointStats s = compute_stats(p, {});
+  EXPECT_FALSE(s.timed());
+  EXPECT_EQ(s.untimed_requests, 1);
+  EXPECT_NE(s.timing_warning.find("1 of 8 tokens"), std::string::npos) << s.timing_warning;
+  const auto j = to_json(s);
+  EXPECT_TRUE(j["ttft_ms"].is_null());
+  EXPECT_TRUE(j["tpot_ms"].is_null());
+  EXPECT_TRUE(j["per_user_tok_s"].is_null());
+  EXPECT_EQ(j["timing_warning"], s.timing_warning);
+  EXPECT_DOUBLE_EQ(j["output_tok_s"].get<double>(), 16.0);  // throughput still counts
+  EXPECT_NE(summary_line(s).find("TPOT n/a"), std::string::npos);
+  p.results = {timed};
+  EXPECT_TRUE(compute_stats(p, {}).timed());
+}
+
 TEST(BenchReport, PrometheusParsing) {
   const auto m = parse_prometheus(
       "# HELP x y\n# TYPE x counter\nmxserve_prompt_tokens_total 42\n"
