@@ -565,8 +565,6 @@ struct TokFamily {
   const char* eos_token;             // tokenizer_config.json eos_token
   std::vector<const char*> eos;      // config.json eos_token_id
   const char* pad;                   // pad_token, or null
-  const char* reserved_fmt;          // unused padding tokens
-  int reserved_first;
   const char* chat_template;
   const char* tokenizer_class;
 };
@@ -593,15 +591,15 @@ const TokFamily& tok_family(const std::string& arch) {
        {"<|eom_id|>", true}, {"<|eot_id|>", true}, {"<|python_tag|>", true}},
       {PreSplit::Llama3}, false, true,
       "<|begin_of_text|>", true, true, "<|eot_id|>", {"<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"}, nullptr,
-      "<|reserved_special_token_{}|>", 3, kLlama3Template, "PreTrainedTokenizerFast"};
+      kLlama3Template, "PreTrainedTokenizerFast"};
   static const TokFamily qwen2{
       "Qwen2.5", qwen25, {PreSplit::Qwen2}, true, false,
       "<|endoftext|>", false, false, "<|im_end|>", {"<|im_end|>", "<|endoftext|>"}, "<|endoftext|>",
-      "<|reserved_{}|>", 0, kQwen25Template, "Qwen2Tokenizer"};
+      kQwen25Template, "Qwen2Tokenizer"};
   static const TokFamily qwen3_f{
       "Qwen3", qwen3, {PreSplit::Qwen2}, true, false,
       "<|endoftext|>", false, false, "<|im_end|>", {"<|im_end|>", "<|endoftext|>"}, "<|endoftext|>",
-      "<|reserved_{}|>", 0, kQwen3Template, "Qwen2Tokenizer"};
+      kQwen3Template, "Qwen2Tokenizer"};
   static const TokFamily glm{
       "GLM-4.5",
       {{"<|endoftext|>", true}, {"[MASK]", true}, {"[gMASK]", true}, {"[sMASK]", true}, {"<sop>", true},
@@ -615,7 +613,7 @@ const TokFamily& tok_family(const std::string& arch) {
        {"</arg_value>", true}, {"/nothink", true}},
       {PreSplit::Llama3}, false, false,
       "[gMASK]", false, false, "<|endoftext|>", {"<|endoftext|>", "<|user|>", "<|observation|>"}, "<|endoftext|>",
-      "<|reserved_{}|>", 0, kGlm45Template, "PreTrainedTokenizerFast"};
+      kGlm45Template, "PreTrainedTokenizerFast"};
   static const TokFamily deepseek{
       "DeepSeek-V3.1",
       {{"<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", true},
@@ -640,7 +638,7 @@ const TokFamily& tok_family(const std::string& arch) {
       "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
       {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
       "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-      "<\xef\xbd\x9creserved\xe2\x96\x81{}\xef\xbd\x9c>", 0, kDeepseekV31Template, "LlamaTokenizerFast"};
+      kDeepseekV31Template, "LlamaTokenizerFast"};
   if (arch == "llama") return llama;
   if (arch == "qwen2") return qwen2;
   if (arch == "qwen3" || arch == "qwen3_moe") return qwen3_f;
@@ -675,14 +673,23 @@ SyntheticTokenizerInfo write_synthetic_tokenizer(const std::string& dir, const s
   BpeVocab bpe = train_bpe(bpe_builtin_corpus(), o);
   const size_t learned = bpe.tokens.size(), reserved = V - S - learned;
 
-  std::vector<std::pair<std::string, bool>> added;  // ids learned, learned + 1, ...
+  // Filler ids pad the vocabulary after the learned tokens: ordinary tokens
+  // with visible text (" tok0", " tok1", ... in byte-level spelling), never
+  // produced by a merge, so that a random-weight model, which samples them
+  // almost always, returns text and streams as a real model does. The family's
+  // special tokens follow at the top.
+  std::vector<std::string> vocab = bpe.tokens;
+  for (size_t i = 0; i < reserved; ++i) vocab.push_back(fmt::format("\xc4\xa0tok{}", i));  // "Ġ" = ' '
+  const size_t first_added = vocab.size();
+  std::vector<std::pair<std::string, bool>> added;  // ids first_added, first_added + 1, ...
   for (const SpecialTok& t : f.specials) added.emplace_back(t.text, t.special);
-  for (size_t i = 0; i < reserved; ++i)
-    added.emplace_back(fmt::format(fmt::runtime(f.reserved_fmt), f.reserved_first + int(i)), true);
   std::unordered_map<std::string, int32_t> ids;
-  for (size_t i = 0; i < bpe.tokens.size(); ++i) ids.emplace(bpe.tokens[i], int32_t(i));
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    bool fresh = ids.emplace(vocab[i], int32_t(i)).second;
+    MX_CHECK(fresh, "make-test-model: token '{}' is in the vocabulary twice", vocab[i]);
+  }
   for (size_t i = 0; i < added.size(); ++i) {
-    bool fresh = ids.emplace(added[i].first, int32_t(learned + i)).second;
+    bool fresh = ids.emplace(added[i].first, int32_t(first_added + i)).second;
     MX_CHECK(fresh, "make-test-model: token '{}' is in the vocabulary twice", added[i].first);
   }
   auto id = [&](const char* t) { return ids.at(t); };
@@ -710,7 +717,7 @@ SyntheticTokenizerInfo write_synthetic_tokenizer(const std::string& dir, const s
   for (size_t i = 0; i < added.size(); ++i)
     tj += fmt::format("{}\n    {{\"id\": {}, \"content\": {}, \"single_word\": false, \"lstrip\": false, \"rstrip\": "
                       "false, \"normalized\": false, \"special\": {}}}",
-                      i ? "," : "", learned + i, jstr(added[i].first), added[i].second ? "true" : "false");
+                      i ? "," : "", first_added + i, jstr(added[i].first), added[i].second ? "true" : "false");
   tj += "\n  ],\n  \"normalizer\": ";
   tj += f.nfc ? R"({"type": "NFC"})" : "null";
   tj += ",\n  \"pre_tokenizer\": " + json({{"type", "Sequence"}, {"pretokenizers", pre_steps}}).dump();
@@ -721,7 +728,7 @@ SyntheticTokenizerInfo write_synthetic_tokenizer(const std::string& dir, const s
                     "\"continuing_subword_prefix\": null, \"end_of_word_suffix\": null, \"fuse_unk\": false, "
                     "\"byte_fallback\": false, \"ignore_merges\": {},\n    \"vocab\": {{",
                     f.ignore_merges ? "true" : "false");
-  for (size_t i = 0; i < bpe.tokens.size(); ++i) tj += fmt::format("{}\n      {}: {}", i ? "," : "", jstr(bpe.tokens[i]), i);
+  for (size_t i = 0; i < vocab.size(); ++i) tj += fmt::format("{}\n      {}: {}", i ? "," : "", jstr(vocab[i]), i);
   tj += "\n    },\n    \"merges\": [";
   for (size_t i = 0; i < bpe.merges.size(); ++i)
     tj += fmt::format("{}\n      [{}, {}]", i ? "," : "", jstr(bpe.merges[i].first), jstr(bpe.merges[i].second));

@@ -28,14 +28,16 @@ struct SyntheticTokenizerInfo {
   std::vector<int32_t> eos_ids;  // eos_token_id: the family's end-of-generation tokens
   int32_t pad_id = -1;           // pad_token_id, -1 if the family has none
   size_t learned_merges = 0;     // BPE merges learned from the built-in corpus
-  size_t reserved = 0;           // unused "<|reserved_N|>" tokens padding the vocabulary
+  size_t reserved = 0;           // filler tokens (" tok0", " tok1", ...) padding the vocabulary
 };
 
 // Writes DIR/tokenizer.json (byte-level BPE with exactly vocab_size tokens: 256
 // byte tokens, merges learned from io/bpe_corpus.cpp with the family's
-// pre-tokenizer, then the family's special tokens, then -- only when the
-// corpus has too few merges -- reserved special tokens up to vocab_size, as
-// Llama-3's "<|reserved_special_token_N|>"),
+// pre-tokenizer, then -- only when the corpus has too few merges -- filler
+// tokens up to vocab_size less the specials: ordinary tokens " tok0", " tok1",
+// ... that no merge produces but that decode to distinct visible text, so a
+// random-weight model's output reads and streams like text; then the family's
+// special tokens at the top),
 // tokenizer_config.json (the family's real chat template, bos/eos/pad tokens)
 // and generation_config.json, for arch's family: llama -> Llama-3.1/3.3,
 // qwen2 -> Qwen2.5, qwen3 / qwen3_moe -> Qwen3, glm4_moe -> GLM-4.5,

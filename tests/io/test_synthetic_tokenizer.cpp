@@ -3,6 +3,8 @@
 // special tokens at the ids config.json names, and the family's chat template.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -185,7 +187,7 @@ INSTANTIATE_TEST_SUITE_P(AllFamilies, SyntheticTokenizer, ::testing::ValuesIn(ca
                            return std::string(std::get<0>(info.param)->arch) + "_" + std::get<1>(info.param);
                          });
 
-TEST(SyntheticTokenizerWriter, LargeVocabulariesArePaddedWithReservedTokens) {
+TEST(SyntheticTokenizerWriter, LargeVocabulariesArePaddedWithVisibleFillerTokens) {
   mxtest::TempDir d;
   auto t0 = std::chrono::steady_clock::now();
   SyntheticTokenizerInfo info = write_synthetic_tokenizer(d.path().string(), "llama", 32000, 8192);
@@ -195,8 +197,18 @@ TEST(SyntheticTokenizerWriter, LargeVocabulariesArePaddedWithReservedTokens) {
   EXPECT_EQ(256 + info.learned_merges + 11 + info.reserved, 32000u);
   auto tok = load_tokenizer_hf((d.path() / "tokenizer.json").string());
   EXPECT_EQ(tok->vocab_size, 32000u);
-  EXPECT_EQ(tok->token_text(31999), fmt::format("<|reserved_special_token_{}|>", 3 + info.reserved - 1));
+  // The specials sit at the top; below them, fillers that decode to distinct visible text.
+  EXPECT_EQ(tok->token_text(31999), "<|python_tag|>");
   EXPECT_EQ(tok->token_type(31999), TokenType::Control);
+  const size_t first_filler = 256 + info.learned_merges;
+  std::set<std::string> seen;
+  for (size_t id = first_filler; id < first_filler + info.reserved; ++id) {
+    EXPECT_EQ(tok->token_type(int32_t(id)), TokenType::Normal) << id;
+    const std::string piece = tok->decode(std::vector<int32_t>{7, int32_t(id)}).substr(1);  // after "("
+    EXPECT_EQ(piece, fmt::format(" tok{}", id - first_filler)) << id;
+    EXPECT_TRUE(seen.insert(piece).second) << piece;
+  }
+  EXPECT_EQ(seen.size(), info.reserved);
   EXPECT_EQ(info.bos_id, *tok->find_token("<|begin_of_text|>"));
   EXPECT_EQ(tok->decode(tok->encode(kTexts[1], false)), kTexts[1]);
 }
