@@ -52,10 +52,9 @@ PointStats compute_stats(const PointResult& p, const CostModel& cost) {
     ++s.requests_ok;
     if (!r.timed() && s.untimed_requests++ == 0)
       s.timing_warning = fmt::format(
-          "{} of {} tokens of a request arrived in stream events of their own, so TTFT / TPOT / ITL cannot be "
-          "timed (the endpoint batches tokens into chunks; mxserve serve sends one event per token for "
-          "token-id prompts)",
-          r.token_events, r.output_tokens);
+          "a request's {} tokens arrived in {} stream events, so TTFT / TPOT / ITL cannot be timed (the "
+          "endpoint batches tokens into chunks; mxserve serve sends one event per token for token-id prompts)",
+          r.output_tokens, r.token_events);
     s.prompt_tokens += r.prompt_tokens;
     s.output_tokens += r.output_tokens;
     cached += r.cached_tokens;

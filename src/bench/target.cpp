@@ -66,7 +66,7 @@ class HttpTarget : public Target {
       }
       if (vocab_ == 0 && listed)
         for (const json& m : j["data"])
-          if (m.is_object() && m.value("id", "") == model_ && m.contains("vocab_size") &&
+          if (m.is_object() && m.contains("id") && m["id"].is_string() && m["id"] == model_ && m.contains("vocab_size") &&
               m["vocab_size"].is_number_integer() && m["vocab_size"].get<int64_t>() > 3 &&
               m["vocab_size"].get<int64_t>() <= (int64_t(1) << 24))
             vocab_ = m["vocab_size"].get<int>();

@@ -148,7 +148,10 @@ Command add_generate(CLI::App& app) {
             }
             auto model = a->load();
             if (!model) return 0;  // an MPI follower rank: the leader printed the result
-            const ModelTokenizer tok = load_model_tokenizer(a->model, a->tokenizer);
+            // Only a text prompt needs the tokenizer: token-id runs never depend on one.
+            const ModelTokenizer tok = text->empty() && a->tokenizer.empty()
+                                           ? ModelTokenizer{}
+                                           : load_model_tokenizer(a->model, a->tokenizer);
             if (tok.tokenizer)
               MX_CHECK(tok.tokenizer->vocab_size <= size_t(model->config().vocab_size),
                        "the tokenizer {} ({} tokens) does not fit the model's vocabulary of {}", tok.path,
@@ -172,8 +175,10 @@ Command add_generate(CLI::App& app) {
             std::string out;
             if (!text->empty() && !*print_ids) {
               // As llama2.c's run.c and llama.cpp print it: the prompt, then its continuation.
+              // Ids past a tokenizer smaller than the model's vocabulary (padding) have no text.
               std::vector<int32_t> all = prompt;
-              all.insert(all.end(), r.tokens.begin(), r.tokens.end());
+              for (int32_t t : r.tokens)
+                if (size_t(t) < tok.tokenizer->vocab_size) all.push_back(t);
               out = tok.tokenizer->decode(all);
             } else {
               for (size_t i = 0; i < r.tokens.size(); ++i) out += (i ? " " : "") + std::to_string(r.tokens[i]);

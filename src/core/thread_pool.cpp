@@ -70,16 +70,22 @@ void ThreadPool::run(int64_t n, RangeFn fn, int64_t grain) {
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
-  t_in_pool = true;
-  do_range(0);
-  t_in_pool = false;
   // Spin briefly (workers usually finish within microseconds), then yield: on
   // an oversubscribed machine a descheduled worker needs this core to finish.
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0;)
-    if (++spins < 4000)
-      _mm_pause();
-    else
-      std::this_thread::yield();
+  // Also when range 0 throws: the workers still read *job_ (fn, on this frame).
+  struct Join {
+    ThreadPool& p;
+    ~Join() {
+      t_in_pool = false;
+      for (int spins = 0; p.pending_.load(std::memory_order_acquire) != 0;)
+        if (++spins < 4000)
+          _mm_pause();
+        else
+          std::this_thread::yield();
+    }
+  } join{*this};
+  t_in_pool = true;
+  do_range(0);
 }
 
 void set_global_threads(int n) { g_requested_threads = n; }

@@ -92,10 +92,16 @@ std::unique_ptr<Tokenizer> load_tokenizer_llama2c(const std::string& path) {
 
 std::optional<std::string> find_llama2c_tokenizer(const std::string& checkpoint, int vocab_size) {
   const auto dir = std::filesystem::path(checkpoint).parent_path();
-  for (const std::string& name : {std::string("tokenizer.bin"), "tok" + std::to_string(vocab_size) + ".bin"}) {
-    const auto p = dir / name;
+  for (const std::string& name : {"tok" + std::to_string(vocab_size) + ".bin", std::string("tokenizer.bin")}) {
+    const auto p = (dir / name).string();
     std::error_code ec;
-    if (std::filesystem::is_regular_file(p, ec)) return p.string();
+    if (!std::filesystem::is_regular_file(p, ec)) continue;
+    MappedFile f(p);
+    SpmVocab v;
+    std::string why;
+    // llama2.c's folder holds Llama 2's 32000-token tokenizer.bin beside its small
+    // models: only a file with the checkpoint's vocabulary size belongs to it.
+    if (parse(f, &v, &why) && v.text.size() == size_t(vocab_size)) return p;
   }
   return std::nullopt;
 }

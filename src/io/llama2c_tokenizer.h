@@ -26,8 +26,10 @@ bool looks_like_llama2c_tokenizer(const std::string& path);
 // Reads one; a truncated or inconsistent file is an mx::Error naming it.
 std::unique_ptr<Tokenizer> load_tokenizer_llama2c(const std::string& path);
 
-// The tokenizer file llama2.c would pair with a checkpoint: tokenizer.bin or
-// tok{vocab}.bin in the checkpoint's folder, whichever exists (in that order).
+// The tokenizer file llama2.c would pair with a checkpoint: tok{vocab}.bin or
+// tokenizer.bin in the checkpoint's folder (in that order), the first that is a
+// llama2.c tokenizer of exactly vocab_size tokens (llama2.c keeps Llama 2's
+// 32000-token tokenizer.bin beside its small models).
 std::optional<std::string> find_llama2c_tokenizer(const std::string& checkpoint, int vocab_size);
 
 }  // namespace mx

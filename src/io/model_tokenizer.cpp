@@ -16,7 +16,7 @@ namespace {
 
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& p) {
   std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) fail("--tokenizer {}: no such file", p);
+  if (!fs::is_regular_file(p, ec)) fail("--tokenizer {}: not a file", p);
   if (is_gguf_file(p)) {
     GgufFile g(p);
     if (!g.has("tokenizer.ggml.model")) fail("--tokenizer {}: the GGUF has no tokenizer.ggml.* metadata", p);

@@ -1,13 +1,14 @@
 #pragma once
-// Which tokenizer goes with a model, found the way its own format says, so every
-// subcommand (generate, serve, bench, eval) pairs them alike:
-//   --tokenizer FILE given: that file, by content: a tokenizer.json, a GGUF's
-//     tokenizer.ggml.* metadata, or a llama2.c tokenizer file;
+// Which tokenizer goes with a model, found the way its own format says, so the
+// subcommands that take text (generate, serve, convert) pair them alike:
+//   --tokenizer FILE given: that file: a GGUF (by magic) with tokenizer.ggml.*
+//     metadata, a llama2.c tokenizer file (by its layout), else a tokenizer.json
+//     (by its .json name);
 //   a model directory: its tokenizer.json, if any;
 //   a .gguf: its own tokenizer metadata, if any;
-//   a llama2.c checkpoint: tokenizer.bin or tok{vocab}.bin beside it
-//     (io/llama2c_tokenizer.h), if any.
-// No tokenizer found is not an error (token-id prompts only): `found` is null.
+//   a llama2.c checkpoint: tok{vocab}.bin or tokenizer.bin beside it, of the
+//     checkpoint's vocabulary size (io/llama2c_tokenizer.h), if any.
+// No tokenizer found is not an error (token-id prompts only): `tokenizer` is null.
 #include <memory>
 #include <string>
 

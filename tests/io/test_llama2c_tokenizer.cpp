@@ -83,6 +83,16 @@ TEST(Llama2cTokenizer, FoundBesideTheCheckpoint) {
   std::filesystem::copy_file(model, d / "m.bin");
   EXPECT_FALSE(load_model_tokenizer(d / "m.bin", "").tokenizer);
   EXPECT_TRUE(load_model_tokenizer(d / "m.bin", tok512()).tokenizer);  // --tokenizer
+  // A tokenizer.bin of another vocabulary size (llama2.c keeps Llama 2's beside
+  // its small models) is not the checkpoint's: skipped, and tok512.bin wins.
+  std::string other(4, '\0');
+  other[0] = 8;  // max_token_length 8, then 4 tokens: score 0, length 1, one byte
+  for (char c : std::string("abcd")) other += std::string(4, '\0') + std::string("\x01\0\0\0", 4) + c;
+  mxtest::spit(d / "tokenizer.bin", other);
+  ASSERT_TRUE(looks_like_llama2c_tokenizer(d / "tokenizer.bin"));
+  EXPECT_FALSE(load_model_tokenizer(d / "m.bin", "").tokenizer);
+  std::filesystem::copy_file(tok512(), d / "tok512.bin");
+  EXPECT_EQ(load_model_tokenizer(d / "m.bin", "").path, d / "tok512.bin");
 }
 
 TEST(Llama2cTokenizer, BadFilesAreClearErrors) {
