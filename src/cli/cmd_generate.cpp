@@ -33,10 +33,7 @@ struct ModelArgs {
     s->add_option("--prompt-ids", prompt_ids, "Prompt as token ids, e.g. \"1 2 3\" or 1,2,3");
     s->add_option("--threads", threads, "Worker threads (default: all cores)")
         ->check(CLI::Range(1, 1024));
-    s->add_option("--tokenizer", tokenizer,
-                  "Tokenizer file (tokenizer.json, .gguf or llama2.c tokenizer.bin); default: the model's own "
-                  "(tokenizer.json in its directory, the GGUF's, or tokenizer.bin / tok{vocab}.bin beside a "
-                  "llama2.c checkpoint)");
+    s->add_option("--tokenizer", tokenizer, kTokenizerOptionHelp);
     s->add_option("--mtp-head", mtp_head, "A trained MTP head (safetensors, nextn layout): added to a model without one, or replacing the checkpoint's MTP tensors of the same names");
   }
   // The prompt's ids: --prompt-ids as given, or --prompt TEXT encoded (with BOS
@@ -152,10 +149,7 @@ Command add_generate(CLI::App& app) {
             const ModelTokenizer tok = text->empty() && a->tokenizer.empty()
                                            ? ModelTokenizer{}
                                            : load_model_tokenizer(a->model, a->tokenizer);
-            if (tok.tokenizer)
-              MX_CHECK(tok.tokenizer->vocab_size <= size_t(model->config().vocab_size),
-                       "the tokenizer {} ({} tokens) does not fit the model's vocabulary of {}", tok.path,
-                       tok.tokenizer->vocab_size, model->config().vocab_size);
+            tok.check_fits(model->config().vocab_size);
             auto prompt = a->prompt(*text, tok.tokenizer.get());
             EngineMetrics stats;
             // The parallel model stays reachable for --comm-stats after the engine took it.

@@ -122,7 +122,7 @@ Command add_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   s->add_option("--model", a->model, "Model directory (config.json + safetensors [+ tokenizer.json]), .gguf file (with its tokenizer) or llama2.c .bin")
       ->required();
-  s->add_option("--tokenizer", a->tokenizer, "Tokenizer file (tokenizer.json, .gguf or llama2.c tokenizer.bin); default: the model's own (tokenizer.json in its directory, the GGUF's, or tokenizer.bin / tok{vocab}.bin beside a llama2.c checkpoint)");
+  s->add_option("--tokenizer", a->tokenizer, kTokenizerOptionHelp);
   s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   s->add_option("--port", a->port, "Port (0: any free port, printed at start)")
       ->check(CLI::Range(0, 65535))
@@ -181,12 +181,11 @@ Command add_serve(CLI::App& app) {
             if (a->threads) set_global_threads(a->threads);
             a->engine.prefix_cache = !a->no_prefix_cache;
             a->engine.spec = a->spec.get();
-            ModelTokenizer mt = load_model_tokenizer(a->model, a->tokenizer);
-            std::unique_ptr<Tokenizer> tok = std::move(mt.tokenizer);
-            const std::string tok_path = mt.path;
+            const ModelTokenizer mt = load_model_tokenizer(a->model, a->tokenizer);
+            const Tokenizer* tok = mt.tokenizer.get();
 
             if (a->dp > 1) {
-              return serve_data_parallel(*a, sigs, tok.get(), server_options(*a));
+              return serve_data_parallel(*a, sigs, tok, server_options(*a));
             }
             // Under mpirun, ranks > 0 follow rank 0's forwards inside here and return null.
             LoadOptions lo;
@@ -194,14 +193,11 @@ Command add_serve(CLI::App& app) {
             auto model = load_parallel_model(a->model, a->par, lo);
             if (!model) return 0;
             const ModelConfig& c = model->config();
-            if (tok)
-              MX_CHECK(tok->vocab_size <= size_t(c.vocab_size),
-                       "the tokenizer ({} tokens) does not fit the model's vocabulary of {}", tok->vocab_size,
-                       c.vocab_size);
+            mt.check_fits(c.vocab_size);
             Engine engine(std::move(model), a->engine);
 
             const server::ServerOptions so = server_options(*a);
-            server::HttpServer http(engine, tok.get(), so);
+            server::HttpServer http(engine, tok, so);
             const int port = http.bind();
             engine.start();
 
@@ -216,7 +212,7 @@ Command add_serve(CLI::App& app) {
             });
             std::fprintf(stderr, "mxserve: serving '%s' on http://%s:%d (%s)\n", so.served_model_name.c_str(),
                          so.host.c_str(), port,
-                         tok ? ("tokenizer " + tok_path).c_str() : "no tokenizer: token-id prompts only");
+                         tok ? ("tokenizer " + mt.path).c_str() : "no tokenizer: token-id prompts only");
             std::fflush(stderr);
             http.run();
             if (!signalled) pthread_kill(waiter.native_handle(), SIGTERM);  // run() ended on its own

@@ -10,6 +10,12 @@ struct Command {
   std::function<int()> run;  // exit code
 };
 
+// The --tokenizer option of the subcommands that take text (io/model_tokenizer.h).
+inline constexpr const char* kTokenizerOptionHelp =
+    "Tokenizer file (tokenizer.json, .gguf or llama2.c tokenizer.bin); default: the model's own (tokenizer.json in "
+    "its directory, the GGUF's, or tok{vocab}.bin / tokenizer.bin of its vocabulary size beside a llama2.c "
+    "checkpoint)";
+
 // Each adds its subcommand to app and returns how to run it.
 Command add_generate(CLI::App& app);
 Command add_logits(CLI::App& app);

@@ -12,7 +12,8 @@ namespace mx {
 namespace {
 
 // Walks the file; returns false (with the reason) where it does not add up.
-bool parse(const MappedFile& f, SpmVocab* out, std::string* why) {
+// Fills `out` when given; `count` gets the number of tokens.
+bool parse(const MappedFile& f, SpmVocab* out, std::string* why, size_t* count = nullptr) {
   const auto* p = static_cast<const uint8_t*>(f.data());
   const size_t size = f.size();
   size_t off = 0;
@@ -52,6 +53,7 @@ bool parse(const MappedFile& f, SpmVocab* out, std::string* why) {
     *why = fmt::format("{} tokens: fewer than <unk>, BOS and EOS", text.size());
     return false;
   }
+  if (count) *count = text.size();
   if (!out) return true;
   out->text.resize(text.size());
   out->type.assign(text.size(), TokenType::Normal);
@@ -97,11 +99,11 @@ std::optional<std::string> find_llama2c_tokenizer(const std::string& checkpoint,
     std::error_code ec;
     if (!std::filesystem::is_regular_file(p, ec)) continue;
     MappedFile f(p);
-    SpmVocab v;
     std::string why;
+    size_t n = 0;
     // llama2.c's folder holds Llama 2's 32000-token tokenizer.bin beside its small
     // models: only a file with the checkpoint's vocabulary size belongs to it.
-    if (parse(f, &v, &why) && v.text.size() == size_t(vocab_size)) return p;
+    if (parse(f, nullptr, &why, &n) && n == size_t(vocab_size)) return p;
   }
   return std::nullopt;
 }

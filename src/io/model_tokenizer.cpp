@@ -37,16 +37,28 @@ ModelTokenizer load_model_tokenizer(const std::string& model, const std::string&
   } else if (fs::is_directory(model, ec)) {
     if (fs::is_regular_file(fs::path(model) / "tokenizer.json", ec)) r.path = (fs::path(model) / "tokenizer.json").string();
   } else if (is_gguf_file(model)) {
-    if (GgufFile(model).has("tokenizer.ggml.model")) {
-      r.tokenizer = load_tokenizer_gguf(GgufFile(model));  // a GGUF carries its own tokenizer
+    GgufFile g(model);
+    if (g.has("tokenizer.ggml.model")) {
+      r.tokenizer = load_tokenizer_gguf(g);  // a GGUF carries its own tokenizer
       r.path = model;
     }
     return r;
   } else if (fs::is_regular_file(model, ec) && looks_like_llama2c(model)) {
-    if (auto p = find_llama2c_tokenizer(model, llama2c_vocab_size(model))) r.path = *p;
+    if (auto p = find_llama2c_tokenizer(model, llama2c_vocab_size(model))) {
+      r.tokenizer = load_tokenizer_llama2c(*p);
+      r.path = *p;
+    }
+    return r;
   }
   if (!r.path.empty()) r.tokenizer = load_tokenizer_file(r.path);
   return r;
+}
+
+void ModelTokenizer::check_fits(int model_vocab_size) const {
+  if (tokenizer)
+    MX_CHECK(tokenizer->vocab_size <= size_t(model_vocab_size),
+             "the tokenizer {} ({} tokens) does not fit the model's vocabulary of {}", path, tokenizer->vocab_size,
+             model_vocab_size);
 }
 
 }  // namespace mx

@@ -19,6 +19,9 @@ namespace mx {
 struct ModelTokenizer {
   std::unique_ptr<Tokenizer> tokenizer;  // null: none found
   std::string path;                      // the file it came from
+
+  // An mx::Error when the tokenizer has more ids than the model (fewer is padding).
+  void check_fits(int model_vocab_size) const;
 };
 
 ModelTokenizer load_model_tokenizer(const std::string& model_path, const std::string& tokenizer_flag);
