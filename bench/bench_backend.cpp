@@ -203,9 +203,11 @@ int main(int argc, char** argv) {
         keep.emplace_back(*b, wts.size() * 4);
         b->upload(keep.back().get(), wts.data(), wts.size() * 4);
         const float* dw = keep.back().get<float>();
+        std::vector<ExpertWeights> ew;
+        for (size_t c = 0; c < copies; ++c) ew.push_back(ExpertWeights::stacked(g.w[c], u.w[c], dn.w[c]));
         const double t = time_per_call(*b, min_ms, [&](int i) {
           const size_t c = (i / sets) % copies;
-          b->moe_ffn(y, x, dids + size_t(i % sets) * T * K, dw, T, K, g.w[c], u.w[c], dn.w[c]);
+          b->moe_ffn(y, x, dids + size_t(i % sets) * T * K, dw, T, K, ew[c]);
         });
         const double bytes = double(T) * K * expert;  // distinct experts: each read once
         std::printf("%-8s %4dx%4dx%-5d top-%d %4d %10.2f %10.1f %7.0f%%\n", dtype_name(dt), E, H, D, K, T, t * 1e6,

@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     if (verify_costs) {
       // Best of 5: the prompt is prefilled, then T new tokens run in one forward
       // with logits for all of them (as a verification does).
-      KVPool pool(model->kv_layout(), (prompt_len + 8 + 15) / 16, 16);
+      KVPool pool(model->kv_layout(), (prompt_len + 8 + 15) / 16, 16, model->backend());
       std::vector<float> lg(size_t(c.vocab_size) * 8);
       double t1 = 0;
       for (int T = 1; T <= 8; ++T) {

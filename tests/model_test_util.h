@@ -47,7 +47,7 @@ void rewrite_checkpoint(const std::string& dir, F edit) {
 inline void expect_batch_matches_alone(mx::Model& m, const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   const int V = m.config().vocab_size;
   auto la = mx::prompt_logits(m, a), lb = mx::prompt_logits(m, b);
-  mx::KVPool pool(m.kv_layout(), 8, 16);
+  mx::KVPool pool(m.kv_layout(), 8, 16, m.backend());
   mx::SeqKV ka, kb;
   ASSERT_TRUE(ka.reserve(pool, int(a.size())) && kb.reserve(pool, int(b.size())));
   mx::Batch batch;

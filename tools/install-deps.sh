@@ -9,7 +9,8 @@ PKGS=(g++ cmake ninja-build pkg-config
       openmpi-bin libopenmpi-dev
       python3-numpy python3-torch libopenblas0-pthread  # torch: Debian's generic BLAS is ~100x slower
       clang-14 libclang-rt-14-dev   # sanitizer + libFuzzer build (tools/test-hardening.sh)
-      hipcc libamdhip64-dev rocm-device-libs)  # the HIP backend, compiled (no GPU needed)
+      hipcc libamdhip64-dev rocm-device-libs  # the HIP backend, compiled (no GPU needed)
+      libtbb-dev)  # the HIP-CPU runtime (../shared/third_party/hip-cpu) runs the HIP kernels on the CPU
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

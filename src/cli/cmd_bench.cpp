@@ -17,6 +17,7 @@
 #include "bench/target.h"
 #include "bench/workload.h"
 #include "cli/commands.h"
+#include "cli/parallel_args.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -29,7 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct BenchArgs {
-  std::string url, model, served_model, out = "bench-results";
+  std::string url, model, served_model, out = "bench-results", backend = "cpu";
   bool launch_server = false, in_process = false, no_progress = false;
   std::string workloads = "aa-single";
   double scale = 1.0;
@@ -140,7 +141,7 @@ int run_bench(BenchArgs& a) {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<bench::Target> target;
   if (a.launch_server) {
-    std::vector<std::string> sargs = {"--model", a.model};
+    std::vector<std::string> sargs = {"--model", a.model, "--backend", a.backend};
     if (a.threads) sargs.insert(sargs.end(), {"--threads", std::to_string(a.threads)});
     sargs.insert(sargs.end(), a.serve_args.begin(), a.serve_args.end());
     const std::string log = (fs::path(a.out) / "server.log").string();
@@ -149,7 +150,9 @@ int run_bench(BenchArgs& a) {
     target = bench::http_target(server->url(), a.served_model, 0);
   } else if (a.in_process) {
     if (a.threads) set_global_threads(a.threads);
-    engine = std::make_unique<Engine>(load_model(a.model), a.engine);
+    LoadOptions lo;
+    lo.backend = a.backend;
+    engine = std::make_unique<Engine>(load_model(a.model, lo), a.engine);
     engine->start();
     target = bench::engine_target(*engine);
   } else {
@@ -209,6 +212,8 @@ Command add_bench(CLI::App& app) {
   s->add_option("--url", a->url, "Endpoint to load, http://host:port (ours or another engine's)");
   s->add_flag("--launch-server", a->launch_server, "Start `mxserve serve --model M` on a free port for the run");
   s->add_flag("--in-process", a->in_process, "Drive an engine in this process (no HTTP)");
+  s->add_option("--backend", a->backend, std::string(kBackendOptionHelp) + " (--in-process, --launch-server)")
+      ->capture_default_str();
   s->add_option("--model", a->model, "Model for --launch-server / --in-process (also gives the vocabulary)");
   s->add_option("--served-model", a->served_model, "Model name to send (default: the first of /v1/models)");
   s->add_option("--workload", a->workloads, "aa-single, prefill-heavy or custom; a comma list runs each")

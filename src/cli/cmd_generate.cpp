@@ -12,7 +12,6 @@
 #include "core/thread_pool.h"
 #include "engine/generate.h"
 #include "kernels/backend.h"
-#include "models/backend_decoder.h"
 #include "io/model_tokenizer.h"
 #include "models/model.h"
 
@@ -85,22 +84,6 @@ GenerateResult generate_speculative(std::unique_ptr<Model> model, const std::vec
   return r;
 }
 
-// The model run op by op on a Backend (a GPU, or the CPU backend): one sequence.
-GenerateResult generate_on_backend(const std::string& spec, const Model& model, const std::vector<int32_t>& prompt,
-                                   const GenerateOptions& o) {
-  const auto* dm = dynamic_cast<const DecoderModel*>(&model);
-  MX_CHECK(dm, "--backend {}: this model does not run on a backend (only decoder models do)", spec);
-  auto backend = make_backend(spec);
-  const int ctx = int(prompt.size()) + std::max(1, o.max_tokens);
-  MX_CHECK(ctx <= model.config().max_position_embeddings,
-           "prompt ({} tokens) + max_tokens ({}) exceeds the model's context of {} tokens", prompt.size(),
-           o.max_tokens, model.config().max_position_embeddings);
-  BackendDecoder dec(*dm, *backend, ctx, std::min(o.prefill_chunk, 512));
-  std::fprintf(stderr, "backend %s: %.1f MiB of weights uploaded\n", backend->name().c_str(),
-               dec.weight_bytes() / 1048576.0);
-  generate(dec, prompt, {.max_tokens = std::min(o.max_tokens, 2), .sampling = o.sampling, .ignore_eos = true});
-  return generate(dec, prompt, o);  // the first run above warmed the kernels (GPU module load, caches)
-}
 }  // namespace
 
 Command add_generate(CLI::App& app) {
@@ -111,15 +94,10 @@ Command add_generate(CLI::App& app) {
   auto print_ids = std::make_shared<bool>(false);
   auto spec = std::make_shared<SpecArgs>();
   auto comm_stats = std::make_shared<bool>(false);
-  auto backend = std::make_shared<std::string>("native");
   a->add(s);
   auto* text_opt = s->add_option("--prompt", *text, "Prompt text, encoded by the model's tokenizer; the prompt and "
                                                    "its continuation are printed as text");
   text_opt->excludes(s->get_option("--prompt-ids"));
-  s->add_option("--backend", *backend,
-                "native: the CPU engine (every feature); cpu, cuda[:N], hip[:N]: the model run op by op on that "
-                "backend (one sequence, GQA models; greedy argmax on the device)")
-      ->capture_default_str();
   spec->add(s);
   s->add_flag("--comm-stats", *comm_stats, "Print the bytes every rank sent per token, by collective (stderr)");
   s->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
@@ -132,17 +110,10 @@ Command add_generate(CLI::App& app) {
   s->add_option("--seed", o->sampling.seed, "Sampling seed");
   s->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at EOS");
   s->add_flag("--print-ids", *print_ids, "Print only the generated ids on stdout (also with --prompt)");
-  return {s, [a, o, text, print_ids, spec, comm_stats, backend] {
+  return {s, [a, o, text, print_ids, spec, comm_stats] {
             MX_CHECK(!text->empty() || !a->prompt_ids.empty(), "generate: give --prompt TEXT or --prompt-ids IDS");
             if (a->threads) set_global_threads(a->threads);
             const SpecOptions so = spec->get();
-            const bool on_backend = *backend != "native";
-            if (on_backend) {
-              MX_CHECK(so.mode == SpecMode::off, "--backend {} does not take --speculative (the native engine does)",
-                       *backend);
-              MX_CHECK(a->par.tp == 1 && a->par.ep == 1, "--backend {} does not take --tp / --ep", *backend);
-              MX_CHECK(!*comm_stats, "--backend {} does not take --comm-stats", *backend);
-            }
             auto model = a->load();
             if (!model) return 0;  // an MPI follower rank: the leader printed the result
             // Only a text prompt needs the tokenizer: token-id runs never depend on one.
@@ -152,10 +123,10 @@ Command add_generate(CLI::App& app) {
             tok.check_fits(model->config().vocab_size);
             auto prompt = a->prompt(*text, tok.tokenizer.get());
             EngineMetrics stats;
+            const size_t bytes_per_token = model->bytes_per_token();  // the engine may take the model
             // The parallel model stays reachable for --comm-stats after the engine took it.
             auto* pm = dynamic_cast<ParallelModel*>(model.get());
-            GenerateResult r = on_backend ? generate_on_backend(*backend, *model, prompt, *o)
-                               : so.mode == SpecMode::off
+            GenerateResult r = so.mode == SpecMode::off
                                    ? generate(*model, prompt, *o)
                                    : generate_speculative(std::move(model), prompt, *o, so, &stats);
             if (*comm_stats) {
@@ -187,10 +158,10 @@ Command add_generate(CLI::App& app) {
                            r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0.0, n,
                            r.decode_seconds, r.decode_seconds > 0 ? (n - 1) / r.decode_seconds : 0.0,
                            r.finish_reason.c_str(), isa_name(best_isa()), global_pool().size());
-              if (on_backend && r.decode_seconds > 0 && n > 1)
+              if (r.decode_seconds > 0 && n > 1)
                 std::fprintf(stderr, "backend %s: %.1f GB/s of weights per decoded token (%.1f MiB a token)\n",
-                             backend->c_str(), model->bytes_per_token() * ((n - 1) / r.decode_seconds) / 1e9,
-                             model->bytes_per_token() / 1048576.0);
+                             a->par.device.c_str(), bytes_per_token * ((n - 1) / r.decode_seconds) / 1e9,
+                             bytes_per_token / 1048576.0);
               if (so.mode != SpecMode::off)
                 std::fprintf(stderr,
                              "speculative %s k=%d: %llu rounds, %llu drafted, %llu accepted (%.1f%%), "

@@ -40,7 +40,7 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& opts) : model_
     blocks = int(std::min(per_seq * opts_.max_running, (size_t(1) << 30) / std::max<size_t>(block_bytes, 1)));
     blocks = std::max(blocks, int(per_seq));
   }
-  pool_ = std::make_unique<KVPool>(lay, blocks, opts_.block_size);
+  pool_ = std::make_unique<KVPool>(lay, blocks, opts_.block_size, model_->backend());
   cache_ = std::make_unique<PrefixCache>(*pool_);
   logits_.resize(size_t(opts_.step_tokens) * c.vocab_size);
   drafter_ = make_drafter(opts_.spec, *model_, *pool_);

@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "core/error.h"
-#include "models/backend_decoder.h"
 
 namespace mx {
 
@@ -94,7 +93,7 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
       c, prompt, opts, on_token,
       [&] {
         const int bs = 16, total = int(prompt.size()) + opts.max_tokens;
-        pool = std::make_unique<KVPool>(model.kv_layout(), blocks_for(total, bs), bs);
+        pool = std::make_unique<KVPool>(model.kv_layout(), blocks_for(total, bs), bs, model.backend());
         MX_CHECK(kv.reserve(*pool, total), "KV pool too small");
         prefill(model, *pool, kv, prompt, opts.prefill_chunk, logits.data());
       },
@@ -106,35 +105,6 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
       [&](const std::vector<int32_t>& history) { return sampler.sample(logits.data(), history); });
 }
 
-GenerateResult generate(BackendDecoder& dec, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
-                        const std::function<void(int32_t)>& on_token) {
-  const ModelConfig& c = dec.config();
-  MX_CHECK(int(prompt.size()) + std::max(0, opts.max_tokens) <= dec.max_ctx(),
-           "prompt ({} tokens) + max_tokens ({}) exceeds the backend decoder's context of {} tokens", prompt.size(),
-           opts.max_tokens, dec.max_ctx());
-  std::vector<float> logits;
-  Sampler sampler(opts.sampling, c.vocab_size);
-  const SamplingParams& sp = opts.sampling;
-  const bool on_device = sp.greedy() && sp.presence_penalty == 0 && sp.frequency_penalty == 0 &&
-                         sp.repetition_penalty == 1;  // plain argmax: no logits leave the backend
-  int pos = 0;
-  return run_generation(
-      c, prompt, opts, on_token,
-      [&] {
-        const int chunk = std::min(opts.prefill_chunk, dec.max_tokens());
-        for (int s = 0; s < int(prompt.size()); s += chunk)
-          dec.forward(prompt.data() + s, std::min<int>(chunk, int(prompt.size()) - s), s);
-        pos = int(prompt.size());
-      },
-      [&](int32_t tok) { dec.forward(&tok, 1, pos++); },
-      [&](const std::vector<int32_t>& history) {
-        if (on_device) return dec.next_token(0.0f, 0);
-        logits.resize(c.vocab_size);
-        dec.logits(logits.data());
-        return sampler.sample(logits.data(), history);
-      });
-}
-
 std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& prompt,
                                  bool all_positions, int chunk) {
   const ModelConfig& c = model.config();
@@ -143,7 +113,7 @@ std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& promp
            "prompt of {} tokens exceeds the model's context of {} tokens", prompt.size(),
            c.max_position_embeddings);
   const int bs = 16;
-  KVPool pool(model.kv_layout(), blocks_for(int(prompt.size()), bs), bs);
+  KVPool pool(model.kv_layout(), blocks_for(int(prompt.size()), bs), bs, model.backend());
   SeqKV kv;
   MX_CHECK(kv.reserve(pool, int(prompt.size())), "KV pool too small");
   std::vector<float> logits(size_t(c.vocab_size) * (all_positions ? prompt.size() : 1));

@@ -11,7 +11,6 @@
 
 namespace mx {
 
-class BackendDecoder;
 
 struct GenerateOptions {
   int max_tokens = 256;
@@ -31,12 +30,6 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
                         const GenerateOptions& opts,
                         const std::function<void(int32_t)>& on_token = {});
 
-// The same loop on a backend decoder (models/backend_decoder.h: the model on a
-// GPU, or on the CPU backend). Plain greedy picks on the backend; any other sampling
-// downloads the logits and draws with the same Sampler as generate(), so a seed
-// gives the same tokens wherever the logits agree.
-GenerateResult generate(BackendDecoder& dec, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
-                        const std::function<void(int32_t)>& on_token = {});
 
 // Logits of the last prompt position, or of every position ([n, vocab]), with
 // the prompt run in chunks of `chunk` tokens.

@@ -2,14 +2,20 @@
 
 namespace mx {
 
-KVPool::KVPool(const KVLayout& layout, int n_blocks, int block_size)
-    : layout_(layout), n_blocks_(n_blocks), block_size_(block_size) {
+KVPool::KVPool(const KVLayout& layout, int n_blocks, int block_size, Backend* backend)
+    : layout_(layout), n_blocks_(n_blocks), block_size_(block_size), backend_(backend) {
   MX_CHECK(n_blocks > 0 && block_size > 0, "KV pool needs positive block count and size");
   const size_t per_layer = size_t(n_blocks) * block_size;
   const size_t k_floats = per_layer * layout.n_layers * layout.k_width;
   const size_t v_floats = per_layer * layout.n_layers * layout.v_width;
-  storage_ = Buffer((k_floats + v_floats) * sizeof(float));
-  k_ = static_cast<float*>(storage_.data());
+  const size_t bytes = (k_floats + v_floats) * sizeof(float);
+  if (backend) {
+    dev_storage_ = DevBuffer(*backend, bytes);
+    k_ = dev_storage_.get<float>();
+  } else {
+    storage_ = Buffer(bytes);
+    k_ = static_cast<float*>(storage_.data());
+  }
   v_ = k_ + k_floats;
   refs_.assign(n_blocks, 0);
   free_.reserve(n_blocks);

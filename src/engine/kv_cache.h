@@ -1,5 +1,5 @@
 #pragma once
-// Paged KV cache. One pool per model holds fixed-size blocks of `block_size`
+// Paged KV cache, in the memory of the backend the model runs on. One pool per model holds fixed-size blocks of `block_size`
 // token slots for every layer (vLLM layout: the same block id indexes every
 // layer's storage). A sequence owns a block table; position p lives in block
 // table[p / block_size] at slot p % block_size. Blocks are reference counted so
@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "kernels/backend.h"
 
 namespace mx {
 
@@ -24,7 +25,10 @@ struct KVLayout {
 
 class KVPool {
  public:
-  KVPool(const KVLayout& layout, int n_blocks, int block_size = 16);
+  // The storage is in `backend`'s memory (a model's Model::backend()), or host
+  // memory when null.
+  KVPool(const KVLayout& layout, int n_blocks, int block_size = 16, Backend* backend = nullptr);
+  Backend* backend() const { return backend_; }
 
   const KVLayout& layout() const { return layout_; }
   int block_size() const { return block_size_; }
@@ -43,12 +47,14 @@ class KVPool {
   float* v(int layer, int block) {
     return v_ + (size_t(layer) * n_blocks_ + block) * block_size_ * layout_.v_width;
   }
-  size_t bytes() const { return storage_.size(); }
+  size_t bytes() const { return backend_ ? dev_storage_.bytes() : storage_.size(); }
 
  private:
   KVLayout layout_;
   int n_blocks_, block_size_;
+  Backend* backend_ = nullptr;
   Buffer storage_;
+  DevBuffer dev_storage_;
   float* k_ = nullptr;
   float* v_ = nullptr;
   std::vector<int> refs_;

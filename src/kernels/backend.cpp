@@ -8,12 +8,45 @@
 
 namespace mx {
 
-std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool);  // kernels/cpu/cpu_backend.cpp
 
 void Backend::matmul(float* y, const float* x, const DevWeight& w, int64_t n_tokens) {
   const bool gpu = is_gpu_isa(isa());
   const KernelConfig& cfg = kernel_config(gpu ? "gpu_matmul" : "matmul", w.dtype, w.out, w.in, isa());
   matmul_with_config(y, x, w, n_tokens, cfg);
+}
+
+void Backend::moe_pairs(float*, const float*, const int32_t*, const int32_t*, int64_t, const ExpertWeights&,
+                        const float*, float*, int64_t) {
+  fail("backend {}: expert parallelism runs on the CPU backend only for now", name());
+}
+
+ExpertWeights ExpertWeights::stacked(const DevWeight& gate, const DevWeight& up, const DevWeight& down) {
+  MX_CHECK(gate.experts == up.experts && gate.experts == down.experts, "expert stacks of {}, {} and {} experts",
+           gate.experts, up.experts, down.experts);
+  ExpertWeights w;
+  auto split = [](const DevWeight& s, std::vector<DevWeight>& out) {
+    for (int e = 0; e < s.experts; ++e) {
+      DevWeight v = s;
+      v.experts = 1;
+      v.data = static_cast<char*>(s.data) + size_t(e) * s.data_bytes();
+      if (s.scales) v.scales = static_cast<char*>(s.scales) + size_t(e) * s.scale_bytes();
+      out.push_back(v);
+    }
+  };
+  split(gate, w.gate);
+  split(up, w.up);
+  split(down, w.down);
+  return w;
+}
+
+void DevArena::reserve(size_t bytes) {
+  MX_CHECK(used_ == 0, "DevArena::reserve while in use");
+  if (bytes > buf_.bytes()) buf_ = DevBuffer(*b_, std::max(bytes, buf_.bytes() * 2));
+}
+
+void DevArena::overflow(size_t need) const {
+  fail("activation arena overflow: need {} bytes, capacity {}", need, buf_.bytes());
 }
 
 std::vector<std::string> compiled_backends() {
@@ -38,7 +71,7 @@ int backend_device_count(const std::string& kind) {
   return 0;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& spec) {
+std::unique_ptr<Backend> make_backend(const std::string& spec, ThreadPool* pool) {
   const size_t colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
   int device = 0;
@@ -50,7 +83,7 @@ std::unique_ptr<Backend> make_backend(const std::string& spec) {
   }
   if (kind == "cpu") {
     MX_CHECK(device == 0, "backend '{}': the CPU backend has one device, cpu:0", spec);
-    return make_cpu_backend();
+    return make_cpu_backend(pool);
   }
   const std::vector<std::string> have = compiled_backends();
   if (kind != "cuda" && kind != "hip") fail("unknown backend '{}' (cpu, cuda[:N], hip[:N])", spec);

@@ -3,8 +3,8 @@
 // block run. The CPU backend (kernels/cpu/cpu_backend.cpp) runs the CPU kernels
 // on host memory; the GPU backend (kernels/gpu/, one source for CUDA and HIP)
 // runs device kernels on device memory. Both implement the same ops with the
-// same argument layouts, so a test runs an op on both and compares, and code
-// written against Backend runs on either (kernels/backend_decode.h).
+// same argument layouts, so a test runs an op on both and compares, and the
+// model code (models/, written once against Backend) runs on either.
 //
 // Every pointer an op takes is this backend's memory (alloc/upload). Activations
 // are dense f32 rows. Weight matrices are [out, in] row-major as in HF
@@ -80,9 +80,29 @@ struct PagedKV {
   int k_width = 0, v_width = 0, block_size = 16;
 };
 
+// head_dim is the query/key width of a head; v_dim the value width (0: head_dim).
+// values_in_k: MLA's latent cache, where a kv head's value is the first v_dim
+// floats of its key (kv.v unused).
 struct AttnArgs {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
+  int v_dim = 0;
+  bool values_in_k = false;
+  int vd() const { return v_dim ? v_dim : head_dim; }
+};
+
+// The experts of one MoE layer: routed expert e's three matrices (data null for
+// an expert another rank holds under expert parallelism), plus the shared
+// expert, which every token takes with weight 1 (data null when there is none).
+// A GPU backend needs each projection's experts contiguous in one allocation
+// (expert e at e * data_bytes()); stacked() makes such views.
+struct ExpertWeights {
+  std::vector<DevWeight> gate, up, down;
+  DevWeight shared_gate, shared_up, shared_down;
+  int n_experts() const { return int(gate.size()); }
+  bool has_shared() const { return shared_gate.data != nullptr; }
+  // Views of stacks of experts (DevWeight::experts > 1) as per-expert matrices.
+  static ExpertWeights stacked(const DevWeight& gate, const DevWeight& up, const DevWeight& down);
 };
 
 class Backend {
@@ -99,16 +119,31 @@ class Backend {
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // True when backend memory is host memory (the CPU backend): host code and
+  // the host communicators (parallel/comm.h) may then touch it directly.
+  virtual bool host_memory() const { return false; }
 
   // y[t, o] = sum_i x[t, i] W[o, i], t < n_tokens. The tile config comes from the
   // tuned-kernel registry (op "matmul" on CPU, "gpu_matmul" on GPU): an untuned
   // shape warns, counts and fails under --strict-kernels as on CPU.
-  void matmul(float* y, const float* x, const DevWeight& w, int64_t n_tokens);
+  virtual void matmul(float* y, const float* x, const DevWeight& w, int64_t n_tokens);
   virtual void matmul_with_config(float* y, const float* x, const DevWeight& w, int64_t n_tokens,
                                   const KernelConfig& cfg) = 0;
 
-  // y[r] = x[r] / rms(x[r]) * w (w: f32 [dim]); y may equal x.
-  virtual void rmsnorm(float* y, const float* x, const float* w, int64_t rows, int dim, float eps) = 0;
+  // y[r] = x[r] / rms(x[r]) * w (w: f32 [dim]) over the first dim floats of
+  // rows `stride` floats apart (x and y alike); y may equal x.
+  void rmsnorm(float* y, const float* x, const float* w, int64_t rows, int dim, float eps) {
+    rmsnorm_strided(y, x, w, rows, dim, dim, eps);
+  }
+  virtual void rmsnorm_strided(float* y, const float* x, const float* w, int64_t rows, int dim, int64_t stride,
+                               float eps) = 0;
+  // dst[r * dst_stride + i] = src[r * src_stride + i] for r < rows, i < width (floats).
+  virtual void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                         int64_t width) = 0;
+  // One matrix per head (MLA's absorption): for h < w.size(), t < n_tokens,
+  // y[t * y_stride + h * y_head_stride + o] = sum_i w[h][o, i] x[t * x_stride + h * x_head_stride + i].
+  virtual void head_matmul(float* y, int64_t y_stride, int64_t y_head_stride, const float* x, int64_t x_stride,
+                           int64_t x_head_stride, const std::vector<DevWeight>& w, int64_t n_tokens) = 0;
   // x[r] += b (b: f32 [dim]).
   virtual void add_bias(float* x, const float* b, int64_t rows, int dim) = 0;
   // y = silu(g) * u;  x += y  (n elements).
@@ -123,14 +158,18 @@ class Backend {
   // Writes token t's K (k + t * k_stride, k_width floats) and V into cache slot slots[t].
   virtual void kv_write(const PagedKV& kv, const float* k, int k_stride, const float* v, int v_stride,
                         const int32_t* slots, int64_t n_tokens) = 0;
-  // Decode attention: query token t (q + t * q_stride, n_heads x head_dim) of
-  // sequence seq[t] attends causally to positions 0..pos[t] of that sequence's
-  // cache (block_tables + seq * max_blocks); out: [T, n_heads * head_dim].
+  // Attention of any batch (decode steps and prefill chunks mixed): query token t
+  // (q + t * q_stride, n_heads x head_dim) of sequence seq[t] attends causally to
+  // positions 0..pos[t] of that sequence's cache (block_tables + seq * max_blocks);
+  // out: [T, n_heads * vd()]. Each (token, head) is computed on its own: the
+  // result does not depend on the rest of the batch.
   virtual void paged_attention(float* out, const float* q, int q_stride, const PagedKV& kv,
                                const AttnArgs& a, const int32_t* block_tables, int max_blocks,
                                const int32_t* seq, const int32_t* pos, int64_t n_tokens) = 0;
   // Prefill attention (flash-style on GPU): n_q consecutive query tokens of one
-  // sequence at positions start_pos.., over its cache (which already holds them).
+  // sequence at positions start_pos.., over its cache (which already holds them);
+  // GQA only (no v_dim / values_in_k). The model forward does not call it yet
+  // (docs/gpu.md): paged_attention serves every batch.
   virtual void prefill_attention(float* out, const float* q, int q_stride, const PagedKV& kv,
                                  const AttnArgs& a, const int32_t* block_table, int start_pos,
                                  int64_t n_q) = 0;
@@ -138,12 +177,18 @@ class Backend {
   // MoE routing from router logits [T, n_experts]: ids [T, k] ascending, weights [T, k].
   virtual void moe_route(int32_t* ids, float* weights, const float* logits, int64_t n_tokens,
                          const RouteArgs& r) = 0;
-  // out[t] = sum_i weights[t, i] * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t, i],
-  // summed in ascending expert order (tokens are grouped by expert and each
-  // expert runs one grouped GEMM over its tokens). gate/up: [E, H, D], down: [E, D, H].
+  // out[t] = shared(x_t) + sum_i weights[t, i] * down_e(silu(gate_e x_t) * up_e x_t),
+  // e = ids[t, i], summed in ascending expert order (tokens are grouped by
+  // expert and each expert runs one grouped GEMM over its tokens). gate/up of
+  // an expert: [H, D], down: [D, H]; shared() the same SwiGLU on its own weights.
   virtual void moe_ffn(float* out, const float* x, const int32_t* ids, const float* weights,
-                       int64_t n_tokens, int k, const DevWeight& gate, const DevWeight& up,
-                       const DevWeight& down) = 0;
+                       int64_t n_tokens, int k, const ExpertWeights& w) = 0;
+  // Expert parallelism's half of moe_ffn (models/moe.h): pair p runs row
+  // in_row[p] of x through routed expert expert[p] into slots + p * D, and the
+  // shared expert (when w has one) maps xs [ts rows] to outs. Backends whose
+  // memory is not host memory refuse it (expert parallel runs on the CPU).
+  virtual void moe_pairs(float* slots, const float* x, const int32_t* in_row, const int32_t* expert,
+                         int64_t n_pairs, const ExpertWeights& w, const float* xs, float* outs, int64_t ts);
 
   // ids[r] = argmax of logits row r (the lowest index among equal maxima).
   virtual void argmax(int32_t* ids, const float* logits, int64_t rows, int vocab) = 0;
@@ -159,8 +204,10 @@ std::vector<std::string> compiled_backends();
 // Devices a GPU backend sees (0 when it is not compiled or finds no device or driver).
 int backend_device_count(const std::string& kind);
 // "cpu", "cuda", "cuda:1", "hip", "hip:0". Throws mx::Error when the backend is
-// not compiled in or has no such device (the message says which).
-std::unique_ptr<Backend> make_backend(const std::string& spec);
+// not compiled in or has no such device (the message says which). The CPU
+// backend runs on `pool` (null: the process-wide pool).
+class ThreadPool;
+std::unique_ptr<Backend> make_backend(const std::string& spec, ThreadPool* pool = nullptr);
 
 // Backend-memory buffer owned by value.
 class DevBuffer {
@@ -189,6 +236,33 @@ class DevBuffer {
   Backend* b_ = nullptr;
   void* p_ = nullptr;
   size_t n_ = 0;
+};
+
+// Bump allocator over one backend buffer (core/arena.h's contract, in backend
+// memory): per-forward activations, reset at the start of each forward.
+class DevArena {
+ public:
+  explicit DevArena(Backend& b) : b_(&b) {}
+  // Grows (geometrically) only when empty, between forwards.
+  void reserve(size_t bytes);
+  void reset() { used_ = 0; }
+  size_t mark() const { return used_; }
+  void rewind(size_t m) { used_ = m; }
+  size_t capacity() const { return buf_.bytes(); }
+  template <class T = float>
+  T* alloc(size_t n) {
+    const size_t bytes = (n * sizeof(T) + 255) / 256 * 256;
+    if (used_ + bytes > buf_.bytes()) overflow(used_ + bytes);
+    T* p = reinterpret_cast<T*>(buf_.get<char>() + used_);
+    used_ += bytes;
+    return p;
+  }
+
+ private:
+  [[noreturn]] void overflow(size_t need) const;
+  Backend* b_;
+  DevBuffer buf_;
+  size_t used_ = 0;
 };
 
 }  // namespace mx

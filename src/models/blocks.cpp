@@ -3,8 +3,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/ops.h"
 
 namespace mx {
 
@@ -12,44 +10,8 @@ Tensor bind_norm(WeightBinder& wb, const std::string& name, int dim) {
   return wb.need(name, name, {dim}, MX_FLOAT_WEIGHTS);
 }
 
-size_t paged_attention_scratch(int max_ctx, int n_workers) {
-  return size_t(n_workers) * max_ctx * 4 + 128;
-}
-
-void paged_attention(ForwardCtx& ctx, int kv_layer, const PagedAttnShape& s, const float* q,
-                     float* out) {
-  const int T = ctx.n_tokens, nw = ctx.pool.size(), bs = ctx.kv.block_size();
-  const int kw = ctx.kv.layout().k_width;
-  const int vw = s.values_in_k ? kw : ctx.kv.layout().v_width;
-  float* scores_all = ctx.arena.alloc(size_t(nw) * ctx.max_ctx);
-  const int64_t items = int64_t(T) * s.n_heads;
-  // One range per worker; items are dealt round-robin so the long-context tokens
-  // at the end of a prefill chunk are spread over all workers. Each item's
-  // reduction order depends only on its own position: batch invariant.
-  ctx.pool.parallel_for(nw, [&](int64_t wb, int64_t we) {
-    for (int64_t w = wb; w < we; ++w) {
-      float* sc = scores_all + w * ctx.max_ctx;
-      for (int64_t it = w; it < items; it += nw) {
-        const int t = int(it / s.n_heads), h = int(it % s.n_heads), g = h / s.group;
-        const std::vector<int>& blocks = ctx.batch.seqs[ctx.seq[t]].kv->blocks;
-        const int n_ctx = ctx.pos[t] + 1;
-        const float* qh = q + (size_t(t) * s.n_heads + h) * s.qk_dim;
-        for (int j = 0; j < n_ctx; ++j) {
-          const float* k = ctx.kv.k(kv_layer, blocks[j / bs]) + size_t(j % bs) * kw + size_t(g) * s.qk_dim;
-          sc[j] = dot_f32(qh, k, s.qk_dim) * s.scale;
-        }
-        softmax_inplace(sc, n_ctx);
-        float* o = out + (size_t(t) * s.n_heads + h) * s.v_dim;
-        std::memset(o, 0, s.v_dim * sizeof(float));
-        for (int j = 0; j < n_ctx; ++j) {
-          const int blk = blocks[j / bs];
-          const float* v = (s.values_in_k ? ctx.kv.k(kv_layer, blk) : ctx.kv.v(kv_layer, blk)) +
-                           size_t(j % bs) * vw + size_t(g) * s.v_dim;
-          axpy_f32(o, sc[j], v, s.v_dim);
-        }
-      }
-    }
-  });
+RopeArgs place_rope(DeviceWeights& dw, const Rope& r) {
+  return {r.rotary_dim(), r.style() == RopeStyle::Interleaved, r.mscale(), dw.floats(r.inv_freq())};
 }
 
 GqaAttention::GqaAttention(WeightBinder& wb, const std::string& prefix, const ModelConfig& c)
@@ -90,9 +52,16 @@ GqaAttention::GqaAttention(WeightBinder& wb, const std::string& prefix, const Mo
   }
 }
 
-size_t GqaAttention::scratch_bytes(int T, int max_ctx, int n_workers) const {
+void GqaAttention::place(DeviceWeights& dw) {
+  d_.wq = dw.matrix(wq_), d_.wk = dw.matrix(wk_), d_.wv = dw.matrix(wv_), d_.wo = dw.matrix(wo_);
+  d_.bq = dw.vector(bq_), d_.bk = dw.vector(bk_), d_.bv = dw.vector(bv_);
+  d_.q_norm = dw.vector(q_norm_), d_.k_norm = dw.vector(k_norm_);
+  d_.rope = place_rope(dw, rope_);
+}
+
+size_t GqaAttention::scratch_bytes(int T) const {
   const size_t qd = size_t(n_heads_) * head_dim_, kvd = size_t(n_kv_heads_) * head_dim_;
-  return (2 * T * qd + 2 * T * kvd) * 4 + 4 * 64 + paged_attention_scratch(max_ctx, n_workers);
+  return (2 * T * qd + 2 * T * kvd) * 4 + 4 * 256;
 }
 
 size_t GqaAttention::bytes_per_token() const {
@@ -102,37 +71,31 @@ size_t GqaAttention::bytes_per_token() const {
 }
 
 void GqaAttention::forward(ForwardCtx& ctx, int kv_layer, const float* x, float* out) const {
+  Backend& b = ctx.b;
   const int T = ctx.n_tokens, qd = n_heads_ * head_dim_, kvd = n_kv_heads_ * head_dim_;
   float* q = ctx.arena.alloc(size_t(T) * qd);
   float* k = ctx.arena.alloc(size_t(T) * kvd);
   float* v = ctx.arena.alloc(size_t(T) * kvd);
-  matmul(q, x, wq_, T, ctx.pool);
-  matmul(k, x, wk_, T, ctx.pool);
-  matmul(v, x, wv_, T, ctx.pool);
-  if (!bq_.empty()) {
-    add_bias(q, bq_, T, qd);
-    add_bias(k, bk_, T, kvd);
-    add_bias(v, bv_, T, kvd);
+  b.matmul(q, x, d_.wq, T);
+  b.matmul(k, x, d_.wk, T);
+  b.matmul(v, x, d_.wv, T);
+  if (d_.bq) {
+    b.add_bias(q, d_.bq, T, qd);
+    b.add_bias(k, d_.bk, T, kvd);
+    b.add_bias(v, d_.bv, T, kvd);
   }
-  ctx.pool.parallel_for(T, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      float* qt = q + t * qd;
-      float* kt = k + t * kvd;
-      if (!q_norm_.empty()) {
-        rmsnorm(qt, qt, q_norm_, n_heads_, head_dim_, norm_eps_);
-        rmsnorm(kt, kt, k_norm_, n_kv_heads_, head_dim_, norm_eps_);
-      }
-      rope_.apply(qt, n_heads_, head_dim_, ctx.pos[t]);
-      rope_.apply(kt, n_kv_heads_, head_dim_, ctx.pos[t]);
-      auto [blk, slot] = ctx.slot(int(t));
-      std::memcpy(ctx.kv.k(kv_layer, blk) + size_t(slot) * kvd, kt, kvd * sizeof(float));
-      std::memcpy(ctx.kv.v(kv_layer, blk) + size_t(slot) * kvd, v + t * kvd, kvd * sizeof(float));
-    }
-  });
+  if (d_.q_norm) {  // per-head RMSNorm before RoPE (Qwen3, GLM-4.5 use_qk_norm)
+    b.rmsnorm(q, q, d_.q_norm, int64_t(T) * n_heads_, head_dim_, norm_eps_);
+    b.rmsnorm(k, k, d_.k_norm, int64_t(T) * n_kv_heads_, head_dim_, norm_eps_);
+  }
+  b.rope(q, ctx.pos, T, n_heads_, qd, head_dim_, d_.rope);
+  b.rope(k, ctx.pos, T, n_kv_heads_, kvd, head_dim_, d_.rope);
+  const PagedKV kv = ctx.layer_kv(kv_layer);
+  b.kv_write(kv, k, kvd, v, kvd, ctx.slots, T);
   float* attn = ctx.arena.alloc(size_t(T) * qd);
-  paged_attention(ctx, kv_layer,
-                  {n_heads_, n_heads_ / n_kv_heads_, head_dim_, head_dim_, false, scale_}, q, attn);
-  matmul(out, attn, wo_, T, ctx.pool);
+  b.paged_attention(attn, q, qd, kv, {n_heads_, n_kv_heads_, head_dim_, scale_}, ctx.block_tables, ctx.max_blocks,
+                    ctx.seq, ctx.pos, T);
+  b.matmul(out, attn, d_.wo, T);
 }
 
 SwigluMlp::SwigluMlp(WeightBinder& wb, const std::string& prefix, int d, int h, int split_rank, int split_size)
@@ -152,15 +115,20 @@ SwigluMlp::SwigluMlp(WeightBinder& wb, const std::string& prefix, int d, int h, 
 
 size_t SwigluMlp::bytes_per_token() const { return gate_.storage_bytes() + up_.storage_bytes() + down_.storage_bytes(); }
 
-void SwigluMlp::forward_rows(ForwardCtx& ctx, const float* x, float* out, int T, float* scratch) const {
+void SwigluMlp::place(DeviceWeights& dw) {
+  d_gate_ = dw.matrix(gate_), d_up_ = dw.matrix(up_), d_down_ = dw.matrix(down_);
+}
+
+void SwigluMlp::forward(ForwardCtx& ctx, const float* x, float* out) const {
+  const int T = ctx.n_tokens;
   const size_t mark = ctx.arena.mark();
-  float* g = scratch ? scratch : ctx.arena.alloc(size_t(T) * hidden_);
-  float* u = scratch ? scratch + size_t(T) * hidden_ : ctx.arena.alloc(size_t(T) * hidden_);
-  matmul(g, x, gate_, T, ctx.pool);
-  matmul(u, x, up_, T, ctx.pool);
-  silu_mul(g, g, u, int64_t(T) * hidden_);
-  matmul(out, g, down_, T, ctx.pool);
-  if (!scratch) ctx.arena.rewind(mark);
+  float* g = ctx.arena.alloc(size_t(T) * hidden_);
+  float* u = ctx.arena.alloc(size_t(T) * hidden_);
+  ctx.b.matmul(g, x, d_gate_, T);
+  ctx.b.matmul(u, x, d_up_, T);
+  ctx.b.silu_mul(g, g, u, int64_t(T) * hidden_);
+  ctx.b.matmul(out, g, d_down_, T);
+  ctx.arena.rewind(mark);
 }
 
 }  // namespace mx

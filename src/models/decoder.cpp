@@ -2,8 +2,7 @@
 
 #include <cstring>
 
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/ops.h"
+#include "core/thread_pool.h"
 #include "models/mla.h"
 #include "models/moe.h"
 #include "parallel/comm.h"
@@ -55,6 +54,8 @@ void bind_decoder_layer(WeightBinder& wb, const ModelConfig& c, int index, Decod
 std::unique_ptr<Model> build_decoder(const ModelConfig& c, std::shared_ptr<TensorStore> store,
                                      const LoadOptions& opts) {
   auto m = std::make_unique<DecoderModel>(c, store, opts.shard);
+  // The backend first: an unknown or absent one fails before any binding work.
+  m->use_backend(opts.backend);
   WeightBinder wb(*store, c.quant);
   wb.set_shard(opts.shard.get());
   bind_embed_and_head(wb, c, *m);
@@ -74,6 +75,13 @@ std::unique_ptr<Model> build_decoder(const ModelConfig& c, std::shared_ptr<Tenso
   }
   m->finish(wb, opts);
   return m;
+}
+
+void DecoderModel::use_backend(const std::string& spec) {
+  backend_ = make_backend(spec, &pool());
+  MX_CHECK(!(plan_ && (plan_->tp_on() || plan_->ep_on())) || backend_->host_memory(),
+           "--tp / --ep run on the CPU backend for now, not on {} (device collectives are not built yet)",
+           backend_->name());
 }
 
 bool DecoderModel::vocab_parallel() const {
@@ -98,7 +106,28 @@ void DecoderModel::finish(WeightBinder& wb, const LoadOptions& opts) {
     n_params_ += b.params;
     weight_bytes_ += store_->get(b.checkpoint_name).nbytes();
   }
-  reserve(opts.max_batch_tokens, std::min(cfg_.max_position_embeddings, 4096));
+  dw_ = std::make_unique<DeviceWeights>(*backend_);
+  place(*dw_);
+  arena_ = std::make_unique<DevArena>(*backend_);
+  arena_->reserve(arena_bytes(opts.max_batch_tokens, 1, 64));
+}
+
+void DecoderModel::place(DeviceWeights& dw) {
+  d_embed_ = dw.matrix(embed);
+  d_lm_head_ = dw.matrix(lm_head);
+  d_final_norm_ = dw.vector(final_norm);
+  auto place_layer = [&](DecoderLayer& L) {
+    L.d_attn_norm = dw.vector(L.attn_norm);
+    L.d_mlp_norm = dw.vector(L.mlp_norm);
+    L.attn->place(dw);
+    L.ffn->place(dw);
+  };
+  for (auto& L : layers) place_layer(L);
+  for (auto& m : mtp) {
+    m.d_enorm = dw.vector(m.enorm), m.d_hnorm = dw.vector(m.hnorm), m.d_head_norm = dw.vector(m.head_norm);
+    m.d_eh_proj = dw.matrix(m.eh_proj), m.d_embed = dw.matrix(m.embed), m.d_head = dw.matrix(m.head);
+    place_layer(m.block);
+  }
 }
 
 size_t DecoderModel::bytes_per_token() const {
@@ -108,22 +137,22 @@ size_t DecoderModel::bytes_per_token() const {
   return n;
 }
 
-void DecoderModel::reserve(int T, int max_ctx) {
-  const int nw = pool().size();
+size_t DecoderModel::arena_bytes(int T, int R, size_t table_ints) const {
   size_t layer = 0;
   auto account = [&](const DecoderLayer& L) {
-    layer = std::max({layer, L.attn->scratch_bytes(T, max_ctx, nw), L.ffn->scratch_bytes(T)});
+    layer = std::max({layer, L.attn->scratch_bytes(T), L.ffn->scratch_bytes(T)});
   };
   for (const auto& L : layers) account(L);
   for (const auto& m : mtp) account(m.block);
-  // pos + seq, then x, xn, tmp, logit rows and the MTP's embed/hidden/concat.
-  size_t base = 2 * size_t(T) * 4 + 9 * size_t(T) * cfg_.hidden_size * 4 + 16 * 64;
-  if (vocab_parallel()) base += 2 * size_t(T) * cfg_.vocab_size * 4 + 64;  // local + gathered logits
-  arena_.reserve(base + layer);
+  const size_t D = cfg_.hidden_size, V = cfg_.vocab_size;
+  // Metadata (ids, pos, seq, slots, rows, tables); x, xn, tmp, hidden and the
+  // MTP's embed / hidden / concat; the logit rows and their logits.
+  size_t base = (5 * size_t(T) + table_ints) * 4 + 9 * size_t(T) * D * 4 + size_t(R) * (D + V) * 4 + 24 * 256;
+  if (vocab_parallel()) base += 2 * size_t(R) * V * 4 + 512;  // local + gathered logits
+  return base + layer;
 }
 
-int DecoderModel::check_batch(const Batch& batch, KVPool& kv, bool mtp) const {
-  const int T = int(batch.tokens.size());
+int DecoderModel::check_batch(const Batch& batch, KVPool& kv, bool mtp) const {  const int T = int(batch.tokens.size());
   MX_CHECK(T > 0, "forward: empty batch");
   int max_ctx = 0, counted = 0;
   for (const auto& s : batch.seqs) {
@@ -152,86 +181,102 @@ ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
   MX_CHECK(kv.layout().n_layers == kv_layout().n_layers && kv.layout().k_width == kv_layout().k_width &&
                kv.layout().v_width == kv_layout().v_width,
            "forward: KV pool layout does not match the model");
-  const int max_ctx = check_batch(batch, kv, mtp);
-  const int T = int(batch.tokens.size());
-  arena_.reset();
-  reserve(T, max_ctx);
-  int32_t* pos = arena_.alloc<int32_t>(T);
-  int32_t* seq = arena_.alloc<int32_t>(T);
-  for (int s = 0, t = 0; s < int(batch.seqs.size()); ++s)
-    for (int i = 0; i < batch.seqs[s].n_tokens; ++i, ++t) {
-      pos[t] = batch.seqs[s].start_pos + i;
+  MX_CHECK(kv.backend() == backend_.get() || (!kv.backend() && backend_->host_memory()),
+           "forward: the KV pool is not in the memory of the model's backend {} (create it with Model::backend())",
+           backend_->name());
+  check_batch(batch, kv, mtp);
+  const int T = int(batch.tokens.size()), S = int(batch.seqs.size()), R = int(batch.logit_rows.size());
+  int max_blocks = 1;
+  for (const auto& s : batch.seqs) max_blocks = std::max(max_blocks, int(s.kv->blocks.size()));
+  // Host image of [ids | pos | seq | slots | rows | tables], uploaded in one copy.
+  h_meta_.assign(size_t(4) * T + R + size_t(S) * max_blocks, 0);
+  int32_t* ids = h_meta_.data();
+  int32_t* pos = ids + T;
+  int32_t* seq = pos + T;
+  int32_t* slots = seq + T;
+  int32_t* rows = slots + T;
+  int32_t* tables = rows + R;
+  std::copy(batch.tokens.begin(), batch.tokens.end(), ids);
+  std::copy(batch.logit_rows.begin(), batch.logit_rows.end(), rows);
+  const int bs = kv.block_size();
+  for (int s = 0, t = 0; s < S; ++s) {
+    const BatchSeq& q = batch.seqs[s];
+    std::copy(q.kv->blocks.begin(), q.kv->blocks.end(), tables + size_t(s) * max_blocks);
+    for (int i = 0; i < q.n_tokens; ++i, ++t) {
+      pos[t] = q.start_pos + i;
       seq[t] = s;
-    }
-  return ForwardCtx{batch, kv, arena_, pool(), T, pos, seq, max_ctx};
-}
-
-void DecoderModel::embed_rows(const Tensor& table, const Batch& batch, float* x) const {
-  const int D = cfg_.hidden_size;
-  for (size_t t = 0; t < batch.tokens.size(); ++t) {
-    float* out = x + t * D;
-    if (table.dtype == DType::F32) {
-      std::memcpy(out, table.as<float>() + size_t(batch.tokens[t]) * D, D * sizeof(float));
-    } else {
-      const void* row = table.row(batch.tokens[t]);
-      for (int i = 0; i < D; ++i) out[i] = load_as_f32(row, table.dtype, i);
+      slots[t] = q.kv->blocks[pos[t] / bs] * bs + pos[t] % bs;
     }
   }
+  DevArena& a = *arena_;
+  a.reset();
+  a.reserve(arena_bytes(T, R, size_t(S) * max_blocks));
+  int32_t* d = a.alloc<int32_t>(h_meta_.size());
+  backend_->upload(d, h_meta_.data(), h_meta_.size() * 4);
+  d_ids_ = d;
+  d_rows_ = d + 4 * T;
+  return ForwardCtx{*backend_, a, kv, T, d + T, d + 2 * T, d + 3 * T, d + 4 * T + R, max_blocks};
 }
 
-void DecoderModel::run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x,
-                             float* xn, float* tmp) {
+void DecoderModel::run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn,
+                             float* tmp) {
+  Backend& b = *backend_;
   const int T = ctx.n_tokens, D = cfg_.hidden_size;
-  const size_t mark = arena_.mark();
-  rmsnorm(xn, x, L.attn_norm, T, D, cfg_.rms_norm_eps);
+  const size_t mark = arena_->mark();
+  b.rmsnorm(xn, x, L.d_attn_norm, T, D, cfg_.rms_norm_eps);
   L.attn->forward(ctx, kv_layer, xn, tmp);
-  if (L.attn_partial) plan_->comm->allreduce_sum(tmp, size_t(T) * D);
-  add_inplace(x, tmp, int64_t(T) * D);
-  arena_.rewind(mark);
-  rmsnorm(xn, x, L.mlp_norm, T, D, cfg_.rms_norm_eps);
+  if (L.attn_partial) plan_->comm->allreduce_sum(tmp, size_t(T) * D);  // host memory (checked at load)
+  b.add(x, tmp, int64_t(T) * D);
+  arena_->rewind(mark);
+  b.rmsnorm(xn, x, L.d_mlp_norm, T, D, cfg_.rms_norm_eps);
   L.ffn->forward(ctx, xn, tmp);
   if (L.ffn_partial) plan_->comm->allreduce_sum(tmp, size_t(T) * D);
-  add_inplace(x, tmp, int64_t(T) * D);
-  arena_.rewind(mark);
+  b.add(x, tmp, int64_t(T) * D);
+  arena_->rewind(mark);
 }
 
-void DecoderModel::project_rows(ForwardCtx& ctx, const float* x, const std::vector<int32_t>& rows,
-                                const Tensor& norm, const Tensor& head, float* logits) {
-  const int R = int(rows.size()), D = cfg_.hidden_size;
+void DecoderModel::project_rows(ForwardCtx& ctx, const float* x, int R, const float* norm, const DevWeight& head,
+                                float* logits) {
   if (R == 0) return;
+  Backend& b = *backend_;
+  const int D = cfg_.hidden_size;
+  const int64_t V = cfg_.vocab_size, Vl = head.out;
   float* xr = ctx.arena.alloc(size_t(R) * D);
-  for (int r = 0; r < R; ++r) std::memcpy(xr + size_t(r) * D, x + size_t(rows[r]) * D, D * sizeof(float));
-  if (!norm.empty()) rmsnorm(xr, xr, norm, R, D, cfg_.rms_norm_eps);
-  const int64_t V = cfg_.vocab_size, Vl = head.shape[0];
+  DevWeight rows_of_x;  // x as an f32 table, gathered by the logit rows
+  rows_of_x.out = ctx.n_tokens, rows_of_x.in = D, rows_of_x.data = const_cast<float*>(x);
+  b.embed(xr, rows_of_x, d_rows_, R);
+  if (norm) b.rmsnorm(xr, xr, norm, R, D, cfg_.rms_norm_eps);
+  float* out = ctx.arena.alloc(size_t(R) * Vl);
+  b.matmul(out, xr, head, R);
   if (Vl == V) {
-    matmul(logits, xr, head, R, ctx.pool);
+    b.download(logits, out, size_t(R) * V * 4);
     return;
   }
-  // Vocab-parallel: each rank computes its vocab rows (every logit is one whole
-  // dot product, so nothing is reduced), then all ranks gather [P][R][Vl].
+  // Vocab-parallel (host memory): each rank computes its vocab rows (every logit
+  // is one whole dot product, so nothing is reduced), then all ranks gather [P][R][Vl].
   const int P = plan_->size;
-  float* local = ctx.arena.alloc(size_t(R) * Vl);
-  float* all = ctx.arena.alloc(size_t(P) * R * Vl);
-  matmul(local, xr, head, R, ctx.pool);
-  plan_->comm->allgather(local, size_t(R) * Vl * 4, all);
+  h_logits_.resize(size_t(P) * R * Vl);
+  plan_->comm->allgather(out, size_t(R) * Vl * 4, h_logits_.data());
   for (int p = 0; p < P; ++p)
     for (int r = 0; r < R; ++r)
-      std::memcpy(logits + size_t(r) * V + size_t(p) * Vl, all + (size_t(p) * R + r) * Vl, Vl * 4);
+      std::memcpy(logits + size_t(r) * V + size_t(p) * Vl, h_logits_.data() + (size_t(p) * R + r) * Vl, Vl * 4);
 }
 
 void DecoderModel::forward(const Batch& batch, KVPool& kv, float* logits, float* hidden) {
   ForwardCtx ctx = begin(batch, kv);
-  const int T = ctx.n_tokens, D = cfg_.hidden_size;
-  float* x = arena_.alloc(size_t(T) * D);
-  float* xn = arena_.alloc(size_t(T) * D);
-  float* tmp = arena_.alloc(size_t(T) * D);
-  embed_rows(embed, batch, x);
+  Backend& b = *backend_;
+  const int T = ctx.n_tokens, D = cfg_.hidden_size, R = int(batch.logit_rows.size());
+  float* x = arena_->alloc(size_t(T) * D);
+  float* xn = arena_->alloc(size_t(T) * D);
+  float* tmp = arena_->alloc(size_t(T) * D);
+  b.embed(x, d_embed_, d_ids_, T);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) run_layer(ctx, layers[l], l, x, xn, tmp);
   if (hidden) {
-    rmsnorm(hidden, x, final_norm, T, D, cfg_.rms_norm_eps);
-    project_rows(ctx, hidden, batch.logit_rows, Tensor(), lm_head, logits);
+    b.rmsnorm(xn, x, d_final_norm_, T, D, cfg_.rms_norm_eps);
+    project_rows(ctx, xn, R, nullptr, d_lm_head_, logits);
+    b.download(hidden, xn, size_t(T) * D * 4);
   } else {
-    project_rows(ctx, x, batch.logit_rows, final_norm, lm_head, logits);
+    project_rows(ctx, x, R, d_final_norm_, d_lm_head_, logits);
   }
   for (const auto& s : batch.seqs) s.kv->n_tokens = std::max(s.kv->n_tokens, s.start_pos + s.n_tokens);
 }
@@ -241,32 +286,33 @@ void DecoderModel::forward_mtp(int i, const Batch& batch, KVPool& kv, const floa
   MX_CHECK(i >= 0 && i < int(mtp.size()), "MTP layer {} does not exist ({} layers)", i, mtp.size());
   const MtpLayer& m = mtp[i];
   ForwardCtx ctx = begin(batch, kv, /*mtp=*/true);
-  const int T = ctx.n_tokens, D = cfg_.hidden_size;
+  Backend& b = *backend_;
+  const int T = ctx.n_tokens, D = cfg_.hidden_size, R = int(batch.logit_rows.size());
   const float eps = cfg_.rms_norm_eps;
-  float* e = arena_.alloc(size_t(T) * D);
-  float* h = arena_.alloc(size_t(T) * D);
-  float* cat = arena_.alloc(size_t(T) * 2 * D);
-  float* x = arena_.alloc(size_t(T) * D);
-  float* xn = arena_.alloc(size_t(T) * D);
-  float* tmp = arena_.alloc(size_t(T) * D);
-  embed_rows(m.embed, batch, e);
-  rmsnorm(e, e, m.enorm, T, D, eps);
-  rmsnorm(h, prev_hidden, m.hnorm, T, D, eps);
+  float* e = arena_->alloc(size_t(T) * D);
+  float* h = arena_->alloc(size_t(T) * D);
+  float* cat = arena_->alloc(size_t(T) * 2 * D);
+  float* x = arena_->alloc(size_t(T) * D);
+  float* xn = arena_->alloc(size_t(T) * D);
+  float* tmp = arena_->alloc(size_t(T) * D);
+  b.embed(e, m.d_embed, d_ids_, T);
+  b.rmsnorm(e, e, m.d_enorm, T, D, eps);
+  b.upload(h, prev_hidden, size_t(T) * D * 4);
+  b.rmsnorm(h, h, m.d_hnorm, T, D, eps);
   // Order [enorm(embed), hnorm(hidden)]: vLLM deepseek_mtp.py / sglang glm4_moe_nextn.py.
-  for (int t = 0; t < T; ++t) {
-    std::memcpy(cat + size_t(t) * 2 * D, e + size_t(t) * D, D * sizeof(float));
-    std::memcpy(cat + size_t(t) * 2 * D + D, h + size_t(t) * D, D * sizeof(float));
-  }
-  matmul(x, cat, m.eh_proj, T, ctx.pool);
+  b.copy_rows(cat, 2 * D, e, D, T, D);
+  b.copy_rows(cat + D, 2 * D, h, D, T, D);
+  b.matmul(x, cat, m.d_eh_proj, T);
   run_layer(ctx, m.block, cfg_.num_hidden_layers + i, x, xn, tmp);
   if (hidden_out) {
     // The chained draft step consumes the state after shared_head.norm, as the
     // first step consumes the target's after model.norm (sglang deepseek_nextn.py
     // returns the normed state to its EAGLE worker).
-    rmsnorm(hidden_out, x, m.head_norm, T, D, eps);
-    project_rows(ctx, hidden_out, batch.logit_rows, Tensor(), m.head, logits);
+    b.rmsnorm(xn, x, m.d_head_norm, T, D, eps);
+    project_rows(ctx, xn, R, nullptr, m.d_head, logits);
+    b.download(hidden_out, xn, size_t(T) * D * 4);
   } else {
-    project_rows(ctx, x, batch.logit_rows, m.head_norm, m.head, logits);
+    project_rows(ctx, x, R, m.d_head_norm, m.d_head, logits);
   }
 }
 

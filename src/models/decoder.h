@@ -8,11 +8,13 @@
 #include <vector>
 
 #include "models/blocks.h"
+#include "models/device_weights.h"
 
 namespace mx {
 
 struct DecoderLayer {
   Tensor attn_norm, mlp_norm;
+  const float *d_attn_norm = nullptr, *d_mlp_norm = nullptr;  // placed on the backend
   std::unique_ptr<Attention> attn;
   std::unique_ptr<FeedForward> ffn;
   // Tensor parallel: the block's output is this rank's partial sum; the
@@ -25,6 +27,8 @@ struct DecoderLayer {
 struct MtpLayer {
   Tensor enorm, hnorm, eh_proj, head_norm, embed, head;
   DecoderLayer block;
+  const float *d_enorm = nullptr, *d_hnorm = nullptr, *d_head_norm = nullptr;
+  DevWeight d_eh_proj, d_embed, d_head;
 };
 
 class DecoderModel final : public Model {
@@ -37,9 +41,13 @@ class DecoderModel final : public Model {
   Tensor embed, final_norm, lm_head;
   std::vector<DecoderLayer> layers;
   std::vector<MtpLayer> mtp;
+  // Before binding: the backend the model will run on (LoadOptions::backend).
+  void use_backend(const std::string& spec);
+  // After binding: checks it, places the weights on the backend, sizes the arena.
   void finish(WeightBinder& wb, const LoadOptions& opts);
 
   const ModelConfig& config() const override { return cfg_; }
+  Backend* backend() const override { return backend_.get(); }
   KVLayout kv_layout() const override;
   void forward(const Batch& batch, KVPool& kv, float* logits, float* hidden) override;
   int num_mtp_layers() const override { return int(mtp.size()); }
@@ -57,15 +65,16 @@ class DecoderModel final : public Model {
 
  private:
   int check_batch(const Batch& batch, KVPool& kv, bool mtp) const;  // returns max context
+  // Checks the batch, sizes the arena and uploads the batch's tokens, positions,
+  // sequences, cache slots, block tables and logit rows.
   ForwardCtx begin(const Batch& batch, KVPool& kv, bool mtp = false);
-  void run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn,
-                 float* tmp);
-  void embed_rows(const Tensor& table, const Batch& batch, float* x) const;
-  void reserve(int T, int max_ctx);
+  void place(DeviceWeights& dw);
+  void run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn, float* tmp);
+  size_t arena_bytes(int T, int R, size_t table_ints) const;
   ThreadPool& pool() const;
-  // logits[r] = head(norm(x[rows[r]])), gathering vocab slices under tensor parallel.
-  void project_rows(ForwardCtx& ctx, const float* x, const std::vector<int32_t>& rows, const Tensor& norm,
-                    const Tensor& head, float* logits);
+  // logits (host) [R] = head(norm(x[logit rows])), gathering vocab slices under tensor parallel.
+  void project_rows(ForwardCtx& ctx, const float* x, int R, const float* norm, const DevWeight& head,
+                    float* logits);
 
   ModelConfig cfg_;
   std::shared_ptr<TensorStore> store_;
@@ -73,7 +82,15 @@ class DecoderModel final : public Model {
   std::vector<BoundParam> bound_;
   int64_t n_params_ = 0;
   size_t weight_bytes_ = 0;
-  Arena arena_;
+  std::shared_ptr<Backend> backend_;
+  std::unique_ptr<DeviceWeights> dw_;
+  std::unique_ptr<DevArena> arena_;
+  DevWeight d_embed_, d_lm_head_;
+  const float* d_final_norm_ = nullptr;
+  // The current batch's metadata, built on the host, uploaded by begin().
+  std::vector<int32_t> h_meta_;
+  const int32_t *d_ids_ = nullptr, *d_rows_ = nullptr;
+  std::vector<float> h_logits_;  // vocab-parallel gather
 };
 
 // model.embed_tokens, model.norm and lm_head (or the tied embedding).

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/ops.h"
 #include "quant/dequantize.h"
 
 namespace mx {
@@ -70,78 +68,57 @@ size_t MlaAttention::bytes_per_token() const {
   return n;  // the absorbed copies of W_UK hold the same values as kv_b_proj
 }
 
-size_t MlaAttention::scratch_bytes(int T, int max_ctx, int n_workers) const {
+void MlaAttention::place(DeviceWeights& dw) {
+  d_.q_a = dw.matrix(q_a_), d_.q_b = dw.matrix(q_b_), d_.q_proj = dw.matrix(q_proj_);
+  d_.kv_a = dw.matrix(kv_a_), d_.o_proj = dw.matrix(o_proj_);
+  d_.q_a_norm = dw.vector(q_a_norm_), d_.kv_a_norm = dw.vector(kv_a_norm_);
+  for (int h = 0; h < n_heads_; ++h) {
+    d_.w_uk_t.push_back(dw.matrix(w_uk_t_[h].t));
+    d_.w_uv.push_back(dw.matrix(w_uv_[h]));
+  }
+  d_.rope = place_rope(dw, rope_);
+}
+
+size_t MlaAttention::scratch_bytes(int T) const {
   const size_t qd = size_t(n_heads_) * (P_ + R_), lat = size_t(n_heads_) * (Lkv_ + R_);
   size_t n = size_t(T) * (q_rank_ + qd + Lkv_ + R_) * 4;  // q_a, q, ckv
   n += size_t(T) * lat * 4 + size_t(T) * n_heads_ * Lkv_ * 4 + size_t(T) * n_heads_ * Vd_ * 4;
-  n += 2 * size_t(T) * std::max({P_, Lkv_, Vd_}) * 4 * n_workers;  // per-head gathers
-  return n + 16 * 64 + paged_attention_scratch(max_ctx, n_workers);
+  return n + 16 * 256;
 }
 
 void MlaAttention::forward(ForwardCtx& ctx, int kv_layer, const float* x, float* out) const {
+  Backend& b = ctx.b;
   const int T = ctx.n_tokens, nH = n_heads_, QH = P_ + R_, KW = Lkv_ + R_;
-  Arena& a = ctx.arena;
+  DevArena& a = ctx.arena;
   float* q = a.alloc(size_t(T) * nH * QH);
   if (q_rank_ > 0) {
     float* qa = a.alloc(size_t(T) * q_rank_);
-    matmul(qa, x, q_a_, T, ctx.pool);
-    rmsnorm(qa, qa, q_a_norm_, T, q_rank_, eps_);
-    matmul(q, qa, q_b_, T, ctx.pool);
+    b.matmul(qa, x, d_.q_a, T);
+    b.rmsnorm(qa, qa, d_.q_a_norm, T, q_rank_, eps_);
+    b.matmul(q, qa, d_.q_b, T);
   } else {
-    matmul(q, x, q_proj_, T, ctx.pool);
+    b.matmul(q, x, d_.q_proj, T);
   }
+  // [c | k_pe] per token: c normalised, k_pe and q_pe rotated; the slot caches both.
   float* ckv = a.alloc(size_t(T) * KW);
-  matmul(ckv, x, kv_a_, T, ctx.pool);
-  float* qfull = a.alloc(size_t(T) * nH * KW);  // per head [q_lat (Lkv) | rope(q_pe) (R)]
-  ctx.pool.parallel_for(T, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      float* c = ckv + t * KW;
-      rmsnorm(c, c, kv_a_norm_, 1, Lkv_, eps_);
-      rope_.apply(c + Lkv_, 1, R_, ctx.pos[t]);
-      rope_.apply(q + t * nH * QH + P_, nH, QH, ctx.pos[t]);
-      for (int h = 0; h < nH; ++h)
-        std::memcpy(qfull + (size_t(t) * nH + h) * KW + Lkv_, q + (size_t(t) * nH + h) * QH + P_,
-                    R_ * sizeof(float));
-      auto [blk, slot] = ctx.slot(int(t));
-      std::memcpy(ctx.kv.k(kv_layer, blk) + size_t(slot) * KW, c, KW * sizeof(float));
-    }
-  });
-  // q absorption per head: q_lat[t, h] = W_UK_T[h] q_nope[t, h]; heads in parallel,
-  // each matmul runs on the calling worker (nested parallel_for runs inline).
-  const int nw = ctx.pool.size();
-  const size_t M = size_t(std::max({P_, Lkv_, Vd_}));  // per-worker gather buffers hold T x M
-  float* gather_all = a.alloc(size_t(nw) * T * M * 2);
-  ctx.pool.parallel_for(nw, [&](int64_t wb, int64_t we) {
-    for (int64_t w = wb; w < we; ++w) {
-      float* qn = gather_all + size_t(w) * T * M * 2;
-      float* ql = qn + size_t(T) * M;
-      for (int h = int(w); h < nH; h += nw) {
-        for (int t = 0; t < T; ++t)
-          std::memcpy(qn + size_t(t) * P_, q + (size_t(t) * nH + h) * QH, P_ * sizeof(float));
-        matmul(ql, qn, w_uk_t_[h].t, T, ctx.pool);
-        for (int t = 0; t < T; ++t)
-          std::memcpy(qfull + (size_t(t) * nH + h) * KW, ql + size_t(t) * Lkv_, Lkv_ * sizeof(float));
-      }
-    }
-  });
+  b.matmul(ckv, x, d_.kv_a, T);
+  b.rmsnorm_strided(ckv, ckv, d_.kv_a_norm, T, Lkv_, KW, eps_);
+  b.rope(ckv + Lkv_, ctx.pos, T, 1, KW, R_, d_.rope);
+  b.rope(q + P_, ctx.pos, T, nH, nH * QH, QH, d_.rope);
+  const PagedKV kv = ctx.layer_kv(kv_layer);
+  b.kv_write(kv, ckv, KW, nullptr, 0, ctx.slots, T);
+  // Per head [q_lat (Lkv) | rope(q_pe) (R)], q_lat[t, h] = W_UK_T[h] q_nope[t, h].
+  float* qfull = a.alloc(size_t(T) * nH * KW);
+  b.copy_rows(qfull + Lkv_, KW, q + P_, QH, int64_t(T) * nH, R_);
+  b.head_matmul(qfull, int64_t(nH) * KW, KW, q, int64_t(nH) * QH, QH, d_.w_uk_t, T);
   float* olat = a.alloc(size_t(T) * nH * Lkv_);
-  paged_attention(ctx, kv_layer, {nH, nH, KW, Lkv_, true, scale_}, qfull, olat);
+  AttnArgs args{nH, 1, KW, scale_};
+  args.v_dim = Lkv_, args.values_in_k = true;
+  b.paged_attention(olat, qfull, nH * KW, kv, args, ctx.block_tables, ctx.max_blocks, ctx.seq, ctx.pos, T);
   // o[t, h] = W_UV[h] o_lat[t, h]
   float* o = a.alloc(size_t(T) * nH * Vd_);
-  ctx.pool.parallel_for(nw, [&](int64_t wb, int64_t we) {
-    for (int64_t w = wb; w < we; ++w) {
-      float* ol = gather_all + size_t(w) * T * M * 2;
-      float* ov = ol + size_t(T) * M;
-      for (int h = int(w); h < nH; h += nw) {
-        for (int t = 0; t < T; ++t)
-          std::memcpy(ol + size_t(t) * Lkv_, olat + (size_t(t) * nH + h) * Lkv_, Lkv_ * sizeof(float));
-        matmul(ov, ol, w_uv_[h], T, ctx.pool);
-        for (int t = 0; t < T; ++t)
-          std::memcpy(o + (size_t(t) * nH + h) * Vd_, ov + size_t(t) * Vd_, Vd_ * sizeof(float));
-      }
-    }
-  });
-  matmul(out, o, o_proj_, T, ctx.pool);
+  b.head_matmul(o, int64_t(nH) * Vd_, Vd_, olat, int64_t(nH) * Lkv_, Lkv_, d_.w_uv, T);
+  b.matmul(out, o, d_.o_proj, T);
 }
 
 }  // namespace mx

@@ -19,8 +19,9 @@ namespace mx {
 class MlaAttention final : public Attention {
  public:
   MlaAttention(WeightBinder& wb, const std::string& prefix, const ModelConfig& c);
+  void place(DeviceWeights& dw) override;
   void forward(ForwardCtx& ctx, int kv_layer, const float* x, float* out) const override;
-  size_t scratch_bytes(int T, int max_ctx, int n_workers) const override;
+  size_t scratch_bytes(int T) const override;
   size_t bytes_per_token() const override;
 
  private:
@@ -33,6 +34,12 @@ class MlaAttention final : public Attention {
   Rope rope_;
   OwnedTensor o_own_;  // tensor parallel: this rank's o_proj columns
   Buffer o_scales_;
+  struct {
+    DevWeight q_a, q_b, q_proj, kv_a, o_proj;
+    const float *q_a_norm = nullptr, *kv_a_norm = nullptr;
+    std::vector<DevWeight> w_uk_t, w_uv;
+    RopeArgs rope;
+  } d_;
 };
 
 }  // namespace mx

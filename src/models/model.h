@@ -36,6 +36,9 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
+  // Where the forward runs (kernels/backend.h); the KV pool a forward is given
+  // must live there (KVPool's backend). Null: host memory (the CPU).
+  virtual Backend* backend() const { return nullptr; }
   // KV slots per layer; the MTP layers are layers num_hidden_layers + i of the same pool.
   virtual KVLayout kv_layout() const = 0;
   // Every sequence's kv must already have blocks for positions < start_pos + n_tokens
@@ -72,6 +75,8 @@ struct LoadOptions {
   std::string mtp_head;
   // Tensor / expert parallel: this rank's cut (parallel/shard.h); null = whole model.
   std::shared_ptr<const ShardPlan> shard;
+  // The backend the model runs on: "cpu", "cuda[:N]", "hip[:N]" (kernels/backend.h).
+  std::string backend = "cpu";
 };
 
 // A checkpoint read but not yet bound to a model: its config and tensors.

@@ -5,8 +5,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/ops.h"  // axpy_f32: the host combine of expert parallel
 #include "parallel/comm.h"
 
 namespace mx {
@@ -45,16 +44,32 @@ size_t MoeBlock::bytes_per_token() const {
 
 size_t MoeBlock::scratch_bytes(int T) const {
   const size_t E = m_.n_routed_experts, k = m_.num_experts_per_tok;
-  size_t n = T * E * 4 + 2 * T * k * 4 + (E + 1) * 4 + T * k * 4;  // logits, idx+w, offsets, order
-  const size_t nw = global_pool().size();
-  n += 2 * size_t(E + 1) * 4 + nw * 8;                             // work items, loads
-  const size_t hid = std::max(expert_hidden_, shared_ ? shared_->hidden() : 0);
-  n += nw * (2 * size_t(T) * dim_ + 2 * size_t(T) * hid) * 4;         // per-worker gather/out/gate-up
-  n += size_t(T) * k * dim_ * 4;                                    // per-slot expert outputs
+  size_t n = T * E * 4 + 2 * T * k * 4;  // router logits, ids + weights
   if (plan_.ep_on())  // send/recv/result rows, pair tables, owned and gathered outputs
     n += 3 * size_t(T) * k * dim_ * 4 + 4 * size_t(T) * k * 4 + 3 * (size_t(T) + plan_.size) * dim_ * 4 +
-         8 * size_t(plan_.size) * 8;
-  return n + 32 * 64;
+         8 * size_t(plan_.size) * 8 + size_t(T) * k * dim_ * 4;
+  return n + 32 * 256;
+}
+
+void MoeBlock::place(DeviceWeights& dw) {
+  d_router_ = dw.matrix(router_);
+  d_route_ = {m_.n_routed_experts, m_.num_experts_per_tok, m_.sigmoid_router, m_.n_group, m_.topk_group,
+              m_.norm_topk_prob, m_.routed_scaling_factor, bias_f32_.empty() ? nullptr : dw.floats(bias_f32_)};
+  std::vector<const Tensor*> g, u, d;
+  for (const auto& ex : experts_) {
+    g.push_back(ex ? &ex->gate() : nullptr);
+    u.push_back(ex ? &ex->up() : nullptr);
+    d.push_back(ex ? &ex->down() : nullptr);
+  }
+  d_experts_.gate = dw.stack(g);
+  d_experts_.up = dw.stack(u);
+  d_experts_.down = dw.stack(d);
+  if (shared_) {
+    shared_->place(dw);
+    d_experts_.shared_gate = shared_->d_gate();
+    d_experts_.shared_up = shared_->d_up();
+    d_experts_.shared_down = shared_->d_down();
+  }
 }
 
 void MoeBlock::route(const float* logits, int32_t* idx, float* w) const {
@@ -65,111 +80,15 @@ void MoeBlock::route(const float* logits, int32_t* idx, float* w) const {
 
 void MoeBlock::forward(ForwardCtx& ctx, const float* x, float* out) const {
   const int T = ctx.n_tokens, E = m_.n_routed_experts, k = m_.num_experts_per_tok;
-  Arena& a = ctx.arena;
+  DevArena& a = ctx.arena;
   const size_t mark = a.mark();
   float* logits = a.alloc(size_t(T) * E);
-  matmul(logits, x, router_, T, ctx.pool);
+  ctx.b.matmul(logits, x, d_router_, T);
   int32_t* idx = a.alloc<int32_t>(size_t(T) * k);
   float* w = a.alloc(size_t(T) * k);
-  ctx.pool.parallel_for(T, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) route(logits + t * E, idx + t * k, w + t * k);
-  });
-  if (plan_.ep_on()) {
-    forward_ep(ctx, x, idx, w, out);
-  } else {
-    int32_t* in_row = a.alloc<int32_t>(size_t(T) * k);
-    for (int i = 0; i < T * k; ++i) in_row[i] = i / k;
-    float* slots = a.alloc(size_t(T) * k * dim_);
-    run_pairs(ctx, T * k, idx, x, in_row, slots, x, out, T);
-    combine(ctx, T, w, slots, bool(shared_), out);
-  }
-  a.rewind(mark);
-}
-
-void MoeBlock::combine(ForwardCtx& ctx, int T, const float* w, const float* slots, bool have_base,
-                       float* out) const {
-  const int k = m_.num_experts_per_tok, H = dim_;
-  if (!have_base) std::memset(out, 0, size_t(T) * H * sizeof(float));
-  ctx.pool.parallel_for(T, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t)
-      for (int i = 0; i < k; ++i)  // slots are in ascending expert order (route())
-        axpy_f32(out + t * H, w[t * k + i], slots + (size_t(t) * k + i) * H, H);
-  });
-}
-
-void MoeBlock::run_pairs(ForwardCtx& ctx, int n_pairs, const int32_t* pe, const float* xin,
-                         const int32_t* in_row, float* slots, const float* xs, float* outs, int ts) const {
-  const int E = m_.n_routed_experts, H = dim_;
-  Arena& a = ctx.arena;
-  const size_t mark = a.mark();
-  // Counting sort of the pairs by expert.
-  int32_t* offs = a.alloc<int32_t>(E + 1);
-  int32_t* order = a.alloc<int32_t>(std::max(n_pairs, 1));
-  std::fill(offs, offs + E + 1, 0);
-  for (int i = 0; i < n_pairs; ++i) ++offs[pe[i] + 1];
-  for (int e = 0; e < E; ++e) offs[e + 1] += offs[e];
-  {
-    int32_t* fill = a.alloc<int32_t>(E);
-    std::copy(offs, offs + E, fill);
-    for (int i = 0; i < n_pairs; ++i) order[fill[pe[i]]++] = i;
-  }
-
-  // Work items: every active expert with its rows, plus the shared expert over
-  // its rows, scheduled together (the shared expert is one more expert whose
-  // router always picks it). Items are dealt to workers longest first; each
-  // runs single-threaded on its worker (nested parallel_for runs inline), so
-  // experts execute in parallel and each result is independent of the split.
-  const int nw = ctx.pool.size();
-  int32_t* item_expert = a.alloc<int32_t>(E + 1);
-  int32_t* item_worker = a.alloc<int32_t>(E + 1);
-  int n_items = 0;
-  for (int e = 0; e < E; ++e)
-    if (offs[e + 1] > offs[e]) {  // never touch an unselected expert
-      MX_CHECK(experts_[e], "MoE: expert {} routed to a rank that does not hold it", e);
-      item_expert[n_items++] = e;
-    }
-  if (shared_ && ts > 0) item_expert[n_items++] = E;
-  auto rows_of = [&](int e) { return e == E ? ts : offs[e + 1] - offs[e]; };
-  int max_rows = ts;
-  for (int e = 0; e < E; ++e) max_rows = std::max(max_rows, rows_of(e));
-  std::stable_sort(item_expert, item_expert + n_items, [&](int x, int y) { return rows_of(x) > rows_of(y); });
-  {
-    int64_t* load = a.alloc<int64_t>(nw);
-    std::fill(load, load + nw, 0);
-    for (int i = 0; i < n_items; ++i) {
-      int best = 0;
-      for (int w = 1; w < nw; ++w)
-        if (load[w] < load[best]) best = w;
-      item_worker[i] = best;
-      load[best] += rows_of(item_expert[i]);
-    }
-  }
-  const int max_hidden = std::max(expert_hidden_, shared_ ? shared_->hidden() : 0);
-  const size_t R = std::max(max_rows, 1);
-  float* wx = a.alloc(size_t(nw) * R * H);
-  float* wy = a.alloc(size_t(nw) * R * H);
-  float* wgu = a.alloc(size_t(nw) * 2 * R * max_hidden);
-  ctx.pool.parallel_for(nw, [&](int64_t wb, int64_t we) {
-    for (int64_t w = wb; w < we; ++w) {
-      float* xe = wx + size_t(w) * R * H;
-      float* ye = wy + size_t(w) * R * H;
-      float* gu = wgu + size_t(w) * 2 * R * max_hidden;
-      for (int i = 0; i < n_items; ++i) {
-        if (item_worker[i] != w) continue;
-        const int e = item_expert[i];
-        if (e == E) {
-          shared_->forward_rows(ctx, xs, outs, ts, gu);
-          continue;
-        }
-        const int n = rows_of(e);
-        for (int r = 0; r < n; ++r)
-          std::memcpy(xe + size_t(r) * H, xin + size_t(in_row[order[offs[e] + r]]) * H, H * sizeof(float));
-        experts_[e]->forward_rows(ctx, xe, ye, n, gu);
-        for (int r = 0; r < n; ++r)
-          std::memcpy(slots + size_t(order[offs[e] + r]) * H, ye + size_t(r) * H, H * sizeof(float));
-      }
-    }
-  });
+  ctx.b.moe_route(idx, w, logits, T, d_route_);
+  if (plan_.ep_on()) forward_ep(ctx, x, idx, w, out);
+  else ctx.b.moe_ffn(out, x, idx, w, T, k, d_experts_);
   a.rewind(mark);
 }
 
@@ -178,7 +97,7 @@ void MoeBlock::forward_ep(ForwardCtx& ctx, const float* x, const int32_t* idx, c
   const int T = ctx.n_tokens, E = m_.n_routed_experts, k = m_.num_experts_per_tok, H = dim_;
   const int P = plan_.size, me = plan_.rank;
   Comm& comm = *plan_.comm;
-  Arena& a = ctx.arena;
+  DevArena& a = ctx.arena;  // host memory: expert parallel runs on host-memory backends (checked at load)
   const int per = E / P;
   auto expert_rank = [&](int e) { return e / per; };
   auto tok_lo = [&](int r) { return int(int64_t(T) * r / P); };  // rank r owns tokens [lo(r), lo(r+1))
@@ -225,12 +144,18 @@ void MoeBlock::forward_ep(ForwardCtx& ctx, const float* x, const int32_t* idx, c
   const int chunk = (T + P - 1) / P;
   float* own = a.alloc(size_t(chunk) * H);
   std::memset(own, 0, size_t(chunk) * H * 4);
-  run_pairs(ctx, n_recv, recv_expert, recvx, recv_row, res, x + size_t(t0) * H, own, tn);
+  ctx.b.moe_pairs(res, recvx, recv_row, recv_expert, n_recv, d_experts_, x + size_t(t0) * H, own, tn);
   float* back = a.alloc(size_t(std::max(n_send, 1)) * H);
   comm.alltoallv(res, rb, ro, back, sb, so);  // combine: results return to their tokens' owners
   float* slots = a.alloc(size_t(std::max(n_send, 1)) * H);
   for (int n = 0; n < n_send; ++n) std::memcpy(slots + size_t(send_pair[n]) * H, back + size_t(n) * H, H * 4);
-  combine(ctx, tn, w + size_t(t0) * k, slots, bool(shared_), own);
+  // own[t] (+)= sum_i w[t, i] * slots[t, i], in ascending expert order (route()).
+  for (int t = 0; t < tn; ++t)
+    for (int i = 0; i < k; ++i) {
+      const float wt = w[size_t(t0 + t) * k + i];
+      const float* sl = slots + (size_t(t) * k + i) * H;
+      axpy_f32(own + size_t(t) * H, wt, sl, H);  // the CPU backend's combine, bit for bit
+    }
   // Every rank needs every token's output (attention is replicated or TP next).
   float* all = a.alloc(size_t(P) * chunk * H);
   comm.allgather(own, size_t(chunk) * H * 4, all);

@@ -9,7 +9,7 @@
 //     unbiased s of the chosen, optionally renormalised, times
 //     routed_scaling_factor; shared experts always added with weight 1.
 //   softmax (Qwen3-MoE): p = softmax(x W_r^T) in fp32, top-k, optional renormalise.
-// Execution: tokens are grouped by expert, each active expert runs one GEMM
+// Execution (Backend::moe_ffn): tokens are grouped by expert, each active expert runs one GEMM
 // over its tokens; each token's expert outputs are combined in ascending expert
 // order, so the result does not depend on what else is in the batch.
 // Parallel (parallel/shard.h): under tensor parallel every expert's hidden dim
@@ -32,6 +32,7 @@ class MoeBlock final : public FeedForward {
   static constexpr int kMaxExperts = kMaxRouteExperts;
   // prefix: "model.layers.{i}.mlp"
   MoeBlock(WeightBinder& wb, const std::string& prefix, const ModelConfig& c);
+  void place(DeviceWeights& dw) override;
   void forward(ForwardCtx& ctx, const float* x, float* out) const override;
   size_t scratch_bytes(int T) const override;
   size_t bytes_per_token() const override;
@@ -40,22 +41,8 @@ class MoeBlock final : public FeedForward {
   // and their weights. Public for tests.
   void route(const float* logits, int32_t* idx, float* w) const;
 
-  // The bound weights, for executors other than forward() (models/backend_decoder.h).
-  const MoeConfig& config() const { return m_; }
-  const Tensor& router() const { return router_; }
-  const std::vector<float>& router_bias() const { return bias_f32_; }  // empty for softmax routers
-  const SwigluMlp* expert(int e) const { return experts_[e].get(); }  // null: another rank's (EP)
-  const SwigluMlp* shared_expert() const { return shared_.get(); }
-
  private:
-  // Expert outputs for n_pairs (input row, expert) pairs: pair p reads row
-  // in_row[p] of xin through expert pe[p] into slots + p * H; the shared expert
-  // (when present) maps xs [ts rows] to outs in the same parallel schedule.
-  void run_pairs(ForwardCtx& ctx, int n_pairs, const int32_t* pe, const float* xin, const int32_t* in_row,
-                 float* slots, const float* xs, float* outs, int ts) const;
   void forward_ep(ForwardCtx& ctx, const float* x, const int32_t* idx, const float* w, float* out) const;
-  // out[t] (+)= sum_i w[t, i] * slots[t, i] for t < T, in ascending expert order.
-  void combine(ForwardCtx& ctx, int T, const float* w, const float* slots, bool have_base, float* out) const;
 
   MoeConfig m_;
   int dim_;
@@ -66,6 +53,9 @@ class MoeBlock final : public FeedForward {
   ShardPlan plan_;
   int expert_hidden_ = 0;
   size_t expert_bytes_ = 0;
+  DevWeight d_router_;
+  RouteArgs d_route_;
+  ExpertWeights d_experts_;
 };
 
 }  // namespace mx

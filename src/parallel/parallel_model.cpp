@@ -141,7 +141,7 @@ void follow_leader(Model& shard, Comm& comm) {
       comm.broadcast(prev.data(), prev.size() * 4, 0);
     }
     if (!pool || pool_id != h.pool_id || pool->n_blocks() != h.pool_blocks || pool->block_size() != h.block_size) {
-      pool = std::make_unique<KVPool>(shard.kv_layout(), h.pool_blocks, h.block_size);
+      pool = std::make_unique<KVPool>(shard.kv_layout(), h.pool_blocks, h.block_size, shard.backend());
       pool_id = h.pool_id;
     }
     // Rebuild the batch with this rank's SeqKVs over the leader's block ids.
@@ -174,6 +174,7 @@ void follow_leader(Model& shard, Comm& comm) {
 }
 
 std::unique_ptr<Model> load_parallel_model(const std::string& path, const ParallelOptions& po, LoadOptions opts) {
+  opts.backend = po.device;
   po.validate();
   const int n = po.ranks();
   const bool use_mpi = po.backend == "mpi" || (po.backend == "auto" && launched_by_mpi());

@@ -24,7 +24,8 @@ namespace mx {
 struct ParallelOptions {
   int tp = 1;                  // tensor-parallel ranks (attention, dense MLP, LM head)
   int ep = 1;                  // expert-parallel ranks for the MoE layers (1: TP-split experts)
-  std::string backend = "auto";  // auto (mpi under mpirun, else local), local, mpi
+  std::string backend = "auto";  // communicator: auto (mpi under mpirun, else local), local, mpi
+  std::string device = "cpu";    // compute backend the model runs on (LoadOptions::backend)
   int ranks() const { return tp > ep ? tp : ep; }
   void validate() const;
 };

@@ -98,7 +98,7 @@ MtpDataStats write_mtp_data(std::unique_ptr<Model> model, const MtpDataOptions& 
   auto* tlg = static_cast<float*>(keep[3].t.data);
   auto* lse = static_cast<float*>(keep[4].t.data);
   const int chunk = 128;
-  KVPool pool(m.kv_layout(), (L + 15) / 16, 16);
+  KVPool pool(m.kv_layout(), (L + 15) / 16, 16, m.backend());
   std::vector<float> logits(size_t(chunk) * V);
   // With an MTP layer, the engine's own MTP prediction at every row (a check for
   // the trainer: its forward with the checkpoint's MTP weights must agree).

@@ -229,7 +229,7 @@ Results run_ops(Backend& b) {
                        dn = make_weight(dt, D, Hd, E, rng);
       const std::vector<float> x = randn(T * D, rng);
       float* out = d.zeros<float>(T * D);
-      b.moe_ffn(out, d.put(x), ids, w, T, k, d.weight(g), d.weight(u), d.weight(dn));
+      b.moe_ffn(out, d.put(x), ids, w, T, k, ExpertWeights::stacked(d.weight(g), d.weight(u), d.weight(dn)));
       r[std::string("moe_ffn ") + dtype_name(dt)] = d.get(out, T * D);
     }
   }

@@ -26,16 +26,18 @@ __global__ void kv_write_kernel(PagedKV kv, const float* k, int k_stride, const 
 }
 
 constexpr int kDecodeThreads = 128;
-constexpr int kDimsPerLane = kMaxHeadDim / 32;  // the most a lane holds (warp of 32)
+// Decode handles MLA's latent heads too (DeepSeek-V3: 512 + 64 key floats).
+constexpr int kMaxDecodeDim = 640;
+constexpr int kDimsPerLane = kMaxDecodeDim / 32;  // the most a lane holds (warp of 32)
 
 __global__ void decode_kernel(float* out, const float* q, int q_stride, PagedKV kv, AttnArgs a,
                               const int32_t* block_tables, int max_blocks, const int32_t* seq,
                               const int32_t* pos) {
   constexpr int kWarps = kDecodeThreads / MX_WARP;
-  __shared__ float qs[kMaxHeadDim];
+  __shared__ float qs[kMaxDecodeDim];
   __shared__ float wm[kWarps], wl[kWarps];
-  __shared__ float wacc[kWarps][kMaxHeadDim];
-  const int h = blockIdx.x, t = blockIdx.y, D = a.head_dim;
+  __shared__ float wacc[kWarps][kMaxDecodeDim];
+  const int h = blockIdx.x, t = blockIdx.y, D = a.head_dim, Dv = a.v_dim ? a.v_dim : a.head_dim;
   const int lane = threadIdx.x % MX_WARP, wid = threadIdx.x / MX_WARP;
   const int g = h / (a.n_heads / a.n_kv_heads), n_ctx = pos[t] + 1;
   const int32_t* table = block_tables + int64_t(seq[t]) * max_blocks;
@@ -53,7 +55,7 @@ __global__ void decode_kernel(float* out, const float* q, int q_stride, PagedKV 
     const bool active = p < n_ctx;
     const int64_t sl = active ? slot_of(table, kv.block_size, p) : 0;
     const float* kp = kv.k + sl * kv.k_width + g * D;
-    const float* vp = kv.v + sl * kv.v_width + g * D;
+    const float* vp = a.values_in_k ? kv.k + sl * kv.k_width + g * Dv : kv.v + sl * kv.v_width + g * Dv;
     float dot = 0.0f;
     if (active)
       for (int d = lane; d < D; d += MX_WARP) dot += qs[d] * kp[d];
@@ -64,7 +66,7 @@ __global__ void decode_kernel(float* out, const float* q, int q_stride, PagedKV 
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {
       const int d = lane + j * MX_WARP;
-      if (d < D) acc[j] = acc[j] * alpha + pw * vp[d];
+      if (d < Dv) acc[j] = acc[j] * alpha + pw * vp[d];
     }
     m = m_new;
   }
@@ -72,12 +74,12 @@ __global__ void decode_kernel(float* out, const float* q, int q_stride, PagedKV 
 #pragma unroll
   for (int j = 0; j < kDimsPerLane; ++j) {
     const int d = lane + j * MX_WARP;
-    if (d < D) wacc[wid][d] = acc[j];
+    if (d < Dv) wacc[wid][d] = acc[j];
   }
   __syncthreads();
   float M = -INFINITY;
   for (int w = 0; w < kWarps; ++w) M = fmaxf(M, wm[w]);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+  for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
     float L = 0.0f, o = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
       if (wm[w] == -INFINITY) continue;  // a warp that saw no position
@@ -85,7 +87,7 @@ __global__ void decode_kernel(float* out, const float* q, int q_stride, PagedKV 
       L += wl[w] * f;
       o += wacc[w][d] * f;
     }
-    out[(int64_t(t) * a.n_heads + h) * D + d] = o / L;
+    out[(int64_t(t) * a.n_heads + h) * Dv + d] = o / L;
   }
 }
 
@@ -171,10 +173,11 @@ __global__ void flash_kernel(float* out, const float* q, int q_stride, PagedKV k
   }
 }
 
-void check_attn(const PagedKV& kv, const AttnArgs& a) {
-  if (a.head_dim <= 0 || a.head_dim > kMaxHeadDim || a.head_dim % 4 != 0)
+void check_attn(const PagedKV& kv, const AttnArgs& a, int max_dim) {
+  if (a.head_dim <= 0 || a.head_dim > max_dim || a.head_dim % 4 != 0 || a.vd() > a.head_dim)
     throw std::runtime_error("gpu attention: head_dim " + std::to_string(a.head_dim) +
-                             " must be a multiple of 4 and at most 256");
+                             " must be a multiple of 4 and at most " + std::to_string(max_dim) +
+                             ", the value width at most head_dim");
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
     throw std::runtime_error("gpu attention: query heads must be a multiple of kv heads");
   if (kv.k_width % 4 != 0 || kv.v_width % 4 != 0)
@@ -194,7 +197,7 @@ void launch_paged_attention(gpuStream_t s, float* out, const float* q, int q_str
                             const AttnArgs& a, const int32_t* block_tables, int max_blocks,
                             const int32_t* seq, const int32_t* pos, int64_t T) {
   if (T <= 0) return;
-  check_attn(kv, a);
+  check_attn(kv, a, kMaxDecodeDim);
   MX_LAUNCH(decode_kernel, dim3(unsigned(a.n_heads), unsigned(T)), dim3(kDecodeThreads), 0, s, out, q,
             q_stride, kv, a, block_tables, max_blocks, seq, pos);
   MX_GPU_LAUNCHED("decode_kernel");
@@ -203,7 +206,8 @@ void launch_paged_attention(gpuStream_t s, float* out, const float* q, int q_str
 void launch_prefill_attention(gpuStream_t s, float* out, const float* q, int q_stride, const PagedKV& kv,
                               const AttnArgs& a, const int32_t* block_table, int start_pos, int64_t n_q) {
   if (n_q <= 0) return;
-  check_attn(kv, a);
+  check_attn(kv, a, kMaxHeadDim);
+  if (a.v_dim || a.values_in_k) throw std::runtime_error("gpu prefill_attention: GQA heads only (no v_dim / values_in_k)");
   if (reinterpret_cast<uintptr_t>(kv.k) % 16 || reinterpret_cast<uintptr_t>(kv.v) % 16)
     throw std::runtime_error("gpu attention: the KV cache must be 16-byte aligned");
   const unsigned heads = unsigned(a.n_heads);

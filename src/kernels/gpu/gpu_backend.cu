@@ -33,7 +33,8 @@ class GpuBackend final : public Backend {
     isa_ = arch_isa(prop_);
   }
   ~GpuBackend() override {
-    if (workspace_) (void)gpuFree(workspace_);
+    for (void* p : ws_)
+      if (p) (void)gpuFree(p);
     (void)gpuStreamDestroy(stream_);
   }
 
@@ -82,8 +83,25 @@ class GpuBackend final : public Backend {
     if (w.experts != 1) throw std::runtime_error("gpu matmul: a stack of experts is not one matrix");
     launch_matmul(stream_, y, x, w, T, cfg);
   }
-  void rmsnorm(float* y, const float* x, const float* w, int64_t rows, int dim, float eps) override {
-    launch_rmsnorm(stream_, y, x, w, rows, dim, eps);
+  void rmsnorm_strided(float* y, const float* x, const float* w, int64_t rows, int dim, int64_t stride,
+                       float eps) override {
+    launch_rmsnorm(stream_, y, x, w, rows, dim, stride, eps);
+  }
+  void copy_rows(float* dst, int64_t ds, const float* src, int64_t ss, int64_t rows, int64_t width) override {
+    launch_copy_rows(stream_, dst, ds, src, ss, rows, width);
+  }
+  // Per head: gather its inputs into a dense block, one matmul, scatter the outputs.
+  void head_matmul(float* y, int64_t ys, int64_t yhs, const float* x, int64_t xs, int64_t xhs,
+                   const std::vector<DevWeight>& w, int64_t T) override {
+    int64_t in = 0, out = 0;
+    for (const DevWeight& h : w) in = std::max(in, h.in), out = std::max(out, h.out);
+    float* xin = workspace<float>(0, size_t(T) * (in + out));
+    float* yout = xin + T * in;
+    for (size_t h = 0; h < w.size(); ++h) {
+      launch_copy_rows(stream_, xin, w[h].in, x + h * xhs, xs, T, w[h].in);
+      matmul(yout, xin, w[h], T);
+      launch_copy_rows(stream_, y + h * yhs, ys, yout, w[h].out, T, w[h].out);
+    }
   }
   void add_bias(float* x, const float* b, int64_t rows, int dim) override { launch_add_bias(stream_, x, b, rows, dim); }
   void silu_mul(float* y, const float* g, const float* u, int64_t n) override { launch_silu_mul(stream_, y, g, u, n); }
@@ -112,14 +130,22 @@ class GpuBackend final : public Backend {
     launch_moe_route(stream_, ids, w, logits, T, r);
   }
   void moe_ffn(float* out, const float* x, const int32_t* ids, const float* weights, int64_t T, int k,
-               const DevWeight& gate, const DevWeight& up, const DevWeight& down) override {
+               const ExpertWeights& w) override {
+    const DevWeight gate = stack(w.gate), up = stack(w.up), down = stack(w.down);
     const size_t need = moe_workspace_bytes(T, k, gate.experts, gate.in, gate.out);
-    if (need > workspace_bytes_) {  // grows to the largest batch seen, then stays
-      if (workspace_) free(workspace_);
-      workspace_ = alloc(need);
-      workspace_bytes_ = need;
-    }
-    launch_moe_ffn(stream_, workspace_, out, x, ids, weights, T, k, gate, up, down);
+    launch_moe_ffn(stream_, workspace<char>(1, need), out, x, ids, weights, T, k, gate, up, down);
+    if (!w.has_shared()) return;
+    // The shared expert, weight 1, added after the routed ones (the CPU adds the
+    // routed ones to it: equal up to rounding).
+    const int64_t H = w.shared_gate.out, D = w.shared_down.out;
+    float* g = workspace<float>(0, size_t(T) * (2 * H + D));
+    float* u = g + T * H;
+    float* y = u + T * H;
+    matmul(g, x, w.shared_gate, T);
+    matmul(u, x, w.shared_up, T);
+    launch_silu_mul(stream_, g, g, u, T * H);
+    matmul(y, g, w.shared_down, T);
+    launch_add(stream_, out, y, T * D);
   }
   void argmax(int32_t* ids, const float* logits, int64_t rows, int vocab) override {
     launch_argmax(stream_, ids, logits, rows, vocab);
@@ -130,12 +156,40 @@ class GpuBackend final : public Backend {
   }
 
  private:
+  // The experts of one projection as one stack: they must be contiguous (the
+  // model uploads them so, models/weights.h).
+  static DevWeight stack(const std::vector<DevWeight>& v) {
+    if (v.empty()) throw std::runtime_error("gpu moe_ffn: no experts");
+    DevWeight s = v[0];
+    s.experts = int(v.size());
+    for (size_t e = 0; e < v.size(); ++e) {
+      const bool ok = v[e].data == static_cast<char*>(s.data) + e * s.data_bytes() &&
+                      (!s.scales || v[e].scales == static_cast<char*>(s.scales) + e * s.scale_bytes()) &&
+                      v[e].dtype == s.dtype && v[e].out == s.out && v[e].in == s.in;
+      if (!ok)
+        throw std::runtime_error("gpu moe_ffn: expert " + std::to_string(e) +
+                                 " is not where a contiguous stack puts it (every expert must be on this device, "
+                                 "uploaded as one stack)");
+    }
+    return s;
+  }
+  // Scratch buffer `slot` of at least `bytes`, grown to the largest request seen.
+  template <class T>
+  T* workspace(int slot, size_t bytes) {
+    if (bytes > ws_bytes_[slot]) {
+      if (ws_[slot]) free(ws_[slot]);
+      ws_[slot] = alloc(bytes);
+      ws_bytes_[slot] = bytes;
+    }
+    return static_cast<T*>(ws_[slot]);
+  }
+
   int device_;
   gpuDeviceProp prop_{};
   gpuStream_t stream_{};
   Isa isa_ = Isa::Sm90;
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
+  void* ws_[2] = {nullptr, nullptr};  // 0: head_matmul / shared expert, 1: moe_ffn
+  size_t ws_bytes_[2] = {0, 0};
 };
 
 }  // namespace

@@ -150,7 +150,10 @@ void launch_prefill_attention(gpuStream_t s, float* out, const float* q, int q_s
                               const AttnArgs& a, const int32_t* block_table, int start_pos, int64_t n_q);
 
 // ---- ops.cu ----
-void launch_rmsnorm(gpuStream_t s, float* y, const float* x, const float* w, int64_t rows, int dim, float eps);
+void launch_rmsnorm(gpuStream_t s, float* y, const float* x, const float* w, int64_t rows, int dim, int64_t stride,
+                    float eps);
+void launch_copy_rows(gpuStream_t s, float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                      int64_t rows, int64_t width);
 void launch_add_bias(gpuStream_t s, float* x, const float* b, int64_t rows, int dim);
 void launch_silu_mul(gpuStream_t s, float* y, const float* g, const float* u, int64_t n);
 void launch_add(gpuStream_t s, float* x, const float* y, int64_t n);

@@ -11,14 +11,19 @@ namespace {
 
 unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + kBlock - 1) / kBlock, 65535)); }
 
-__global__ void rmsnorm_kernel(float* y, const float* x, const float* w, int dim, float eps) {
+__global__ void rmsnorm_kernel(float* y, const float* x, const float* w, int dim, int64_t stride, float eps) {
   __shared__ float red[32];
-  const float* xr = x + int64_t(blockIdx.x) * dim;
-  float* yr = y + int64_t(blockIdx.x) * dim;
+  const float* xr = x + int64_t(blockIdx.x) * stride;
+  float* yr = y + int64_t(blockIdx.x) * stride;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
   const float inv = 1.0f / sqrtf(block_sum(ss, red) / float(dim) + eps);
   for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+}
+
+__global__ void copy_rows_kernel(float* dst, int64_t ds, const float* src, int64_t ss, int64_t width) {
+  const int64_t r = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[r * ds + i] = src[r * ss + i];
 }
 
 __global__ void add_bias_kernel(float* x, const float* b, int64_t n, int dim) {
@@ -99,10 +104,20 @@ __global__ void sample_kernel(int32_t* ids, const float* logits, int vocab, floa
 
 }  // namespace
 
-void launch_rmsnorm(gpuStream_t s, float* y, const float* x, const float* w, int64_t rows, int dim, float eps) {
+void launch_rmsnorm(gpuStream_t s, float* y, const float* x, const float* w, int64_t rows, int dim, int64_t stride,
+                    float eps) {
   if (rows <= 0) return;
-  MX_LAUNCH(rmsnorm_kernel, dim3(unsigned(rows)), dim3(kBlock), 0, s, y, x, w, dim, eps);
+  MX_LAUNCH(rmsnorm_kernel, dim3(unsigned(rows)), dim3(kBlock), 0, s, y, x, w, dim, stride, eps);
   MX_GPU_LAUNCHED("rmsnorm_kernel");
+}
+void launch_copy_rows(gpuStream_t s, float* dst, int64_t ds, const float* src, int64_t ss, int64_t rows,
+                      int64_t width) {
+  if (rows <= 0 || width <= 0) return;
+  for (int64_t r0 = 0; r0 < rows; r0 += 65535) {  // grid.x limit
+    const int64_t n = std::min<int64_t>(rows - r0, 65535);
+    MX_LAUNCH(copy_rows_kernel, dim3(unsigned(n)), dim3(kBlock), 0, s, dst + r0 * ds, ds, src + r0 * ss, ss, width);
+  }
+  MX_GPU_LAUNCHED("copy_rows_kernel");
 }
 void launch_add_bias(gpuStream_t s, float* x, const float* b, int64_t rows, int dim) {
   if (rows * dim <= 0) return;
