@@ -17,7 +17,7 @@ CXX_CLANG=${MXSERVE_CLANG:-clang++-14}
 
 CXX=$CXX_CLANG cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DMXSERVE_FUZZ=ON -DMXSERVE_BENCH=OFF \
-  -DMXSERVE_CUDA=OFF -DMXSERVE_HIP=OFF >/dev/null  # GPU code: compiled and checked by the main build
+  -DMXSERVE_CUDA=OFF -DMXSERVE_HIP=OFF -DMXSERVE_HIP_CPU=OFF >/dev/null  # GPU code: compiled and checked by the main build
 cmake --build build-asan -j"$(nproc)"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0

@@ -95,7 +95,7 @@ class GpuBackend final : public Backend {
                    const std::vector<DevWeight>& w, int64_t T) override {
     int64_t in = 0, out = 0;
     for (const DevWeight& h : w) in = std::max(in, h.in), out = std::max(out, h.out);
-    float* xin = workspace<float>(0, size_t(T) * (in + out));
+    float* xin = workspace<float>(0, size_t(T) * (in + out) * 4);
     float* yout = xin + T * in;
     for (size_t h = 0; h < w.size(); ++h) {
       launch_copy_rows(stream_, xin, w[h].in, x + h * xhs, xs, T, w[h].in);
@@ -138,7 +138,7 @@ class GpuBackend final : public Backend {
     // The shared expert, weight 1, added after the routed ones (the CPU adds the
     // routed ones to it: equal up to rounding).
     const int64_t H = w.shared_gate.out, D = w.shared_down.out;
-    float* g = workspace<float>(0, size_t(T) * (2 * H + D));
+    float* g = workspace<float>(0, size_t(T) * (2 * H + D) * 4);
     float* u = g + T * H;
     float* y = u + T * H;
     matmul(g, x, w.shared_gate, T);
