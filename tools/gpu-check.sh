@@ -11,7 +11,7 @@
 #                                result to $OUT (default gpu-check/out):
 #     device.txt     nvidia-smi / rocm-smi
 #     tests.txt      every GPU op against the CPU backend (GpuBackend.*), and the
-#                    backend decoder against the CPU backend on 5 model families
+#                    engine on the GPU against the CPU backend on 4 families (ModelOnBackends)
 #                    (BackendDecoderArch.Gpu*), with their max errors
 #     bench.txt      copy bandwidth (the roofline), GEMV / MoE GEMM bandwidth and
 #                    its fraction of the copy's, prefill GEMM (bench_backend), for
@@ -60,7 +60,7 @@ run() {
   grep -m2 -E "H200|H100|MI3|Driver Version" "$out/device.txt" | tee -a "$out/summary.txt" || true
 
   # 1. Every op, and whole models, against the CPU backend.
-  "$bin/mxserve_tests" --gtest_filter='Backend.*:GpuBackend.*:*BackendDecoderArch.*' 2>&1 |
+  "$bin/mxserve_tests" --gtest_filter='Backend.*:GpuBackend.*:*ModelOnBackends*' 2>&1 |
     grep -v "no tuned kernel config" >"$out/tests.txt" || true
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ gpu      \] (cuda|hip)" "$out/tests.txt" | sort -u | tee -a "$out/summary.txt"
 
@@ -81,13 +81,19 @@ run() {
     prompt=$(seq -s ' ' 1 64)
     for fmt in bf16 mxfp4; do
       local m=$models/$fmt
-      echo "== $fmt: native CPU engine, 32 greedy tokens"
+      echo "== $fmt: CPU backend, 32 greedy tokens"
       "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens 32 --temperature 0 2>&1
       echo "== $fmt: --backend $BACKEND, 32 greedy tokens"
       "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens 32 --temperature 0 --backend "$BACKEND" 2>&1
       echo "== $fmt: --backend $BACKEND, $ntok tokens (decode speed)"
       "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens "$ntok" --temperature 0 --ignore-eos \
         --backend "$BACKEND" 2>&1 | grep -v "^[0-9]"
+    done
+    # The serving engine on the device, in process: both Artificial Analysis workloads, scaled down.
+    for w in aa-single prefill-heavy; do
+      echo "== mxfp4: mxserve bench --in-process --backend $BACKEND --workloads $w"
+      "$bin/mxserve" bench --in-process --model "$models/mxfp4" --backend "$BACKEND" --workloads "$w" \
+        --scale 0.05 --requests 8 --no-progress --out "$out/bench-$w" 2>&1 | tail -15 || true
     done
   } >"$out/decode.txt" 2>&1 || echo "decode step failed (see decode.txt)" | tee -a "$out/summary.txt"
   # Tokens: the first line of ids after each "32 greedy tokens" header.
