@@ -17,6 +17,7 @@
 #include "bench/target.h"
 #include "bench/workload.h"
 #include "cli/commands.h"
+#include "cli/load_args.h"
 #include "cli/parallel_args.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -38,6 +39,7 @@ struct BenchArgs {
   double shared_prefix = -1, request_rate = -1, duration = -1;
   int requests = -1, vocab = 0, threads = 0, gpus = 1, gpus_per_node = 1;
   uint64_t seed = 0;
+  LoadOptions load;
   double price_per_hour = 0;
   std::vector<std::string> serve_args;
   EngineOptions engine;
@@ -76,6 +78,7 @@ int resolve_vocab(const BenchArgs& a, const bench::Target& t) {
   if (t.vocab_size()) return t.vocab_size();
   if (!a.model.empty() && fs::exists(fs::path(a.model) / "config.json"))
     return load_hf_config((fs::path(a.model) / "config.json").string()).vocab_size;
+  if (a.load.load_format == "dummy") return load_hf_config(a.model, a.load.hf_overrides).vocab_size;  // the config.json
   if (!a.model.empty()) return load_model(a.model)->config().vocab_size;  // e.g. a llama2.c .bin
   fail("cannot tell the endpoint's vocabulary size: pass --vocab (token ids are drawn from [3, vocab))");
 }
@@ -142,6 +145,8 @@ int run_bench(BenchArgs& a) {
   std::unique_ptr<bench::Target> target;
   if (a.launch_server) {
     std::vector<std::string> sargs = {"--model", a.model, "--backend", a.backend};
+    for (const std::string& x : load_option_args(a.load)) sargs.push_back(x);
+    sargs.insert(sargs.end(), {"--kv-dtype", a.engine.kv_dtype});
     if (a.threads) sargs.insert(sargs.end(), {"--threads", std::to_string(a.threads)});
     sargs.insert(sargs.end(), a.serve_args.begin(), a.serve_args.end());
     const std::string log = (fs::path(a.out) / "server.log").string();
@@ -150,7 +155,7 @@ int run_bench(BenchArgs& a) {
     target = bench::http_target(server->url(), a.served_model, 0);
   } else if (a.in_process) {
     if (a.threads) set_global_threads(a.threads);
-    LoadOptions lo;
+    LoadOptions lo = a.load;
     lo.backend = a.backend;
     engine = std::make_unique<Engine>(load_model(a.model, lo), a.engine);
     engine->start();
@@ -215,6 +220,7 @@ Command add_bench(CLI::App& app) {
   s->add_option("--backend", a->backend, std::string(kBackendOptionHelp) + " (--in-process, --launch-server)")
       ->capture_default_str();
   s->add_option("--model", a->model, "Model for --launch-server / --in-process (also gives the vocabulary)");
+  add_load_options(s, a->load);
   s->add_option("--served-model", a->served_model, "Model name to send (default: the first of /v1/models)");
   s->add_option("--workload", a->workloads, "aa-single, prefill-heavy or custom; a comma list runs each")
       ->capture_default_str();
@@ -241,6 +247,7 @@ Command add_bench(CLI::App& app) {
   s->add_option("--max-running", a->engine.max_running, "In-process engine: requests decoding at once")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  add_kv_dtype_option(s, a->engine.kv_dtype);
   s->add_option("--kv-blocks", a->engine.kv_blocks, "In-process engine: KV cache blocks (0: default)")
       ->check(CLI::Range(0, 1 << 26));
   s->add_flag("--no-progress", a->no_progress, "No progress bar");

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "cli/commands.h"
+#include "cli/load_args.h"
 #include "cli/parallel_args.h"
 #include "cli/spec_args.h"
 #include "engine/engine.h"
@@ -21,10 +22,10 @@ namespace {
 struct ModelArgs {
   std::string model;
   std::string prompt_ids;
-  std::string mtp_head;
   std::string tokenizer;
   int threads = 0;
   ParallelOptions par;
+  LoadOptions lo;
   void add(CLI::App* s) {
     add_parallel_options(s, par);
     s->add_option("--model", model, "Model directory (config.json + safetensors), .gguf file or llama2.c .bin")
@@ -33,7 +34,7 @@ struct ModelArgs {
     s->add_option("--threads", threads, "Worker threads (default: all cores)")
         ->check(CLI::Range(1, 1024));
     s->add_option("--tokenizer", tokenizer, kTokenizerOptionHelp);
-    s->add_option("--mtp-head", mtp_head, "A trained MTP head (safetensors, nextn layout): added to a model without one, or replacing the checkpoint's MTP tensors of the same names");
+    add_load_options(s, lo);
   }
   // The prompt's ids: --prompt-ids as given, or --prompt TEXT encoded (with BOS
   // where the vocabulary adds it) by the model's tokenizer.
@@ -45,8 +46,6 @@ struct ModelArgs {
   }
   // Null on an MPI follower rank (it followed the leader's forwards until the end).
   std::unique_ptr<Model> load() const {
-    LoadOptions lo;
-    lo.mtp_head = mtp_head;
     return load_parallel_model(model, par, lo);
   }
 };
@@ -58,6 +57,7 @@ GenerateResult generate_speculative(std::unique_ptr<Model> model, const std::vec
   eo.max_running = 1;
   eo.step_tokens = std::max(o.prefill_chunk, spec.steps + 1);
   eo.spec = spec;
+  eo.kv_dtype = o.kv_dtype;
   Engine engine(std::move(model), eo);
   GenerationRequest req;
   req.prompt = prompt;
@@ -109,6 +109,7 @@ Command add_generate(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   s->add_option("--seed", o->sampling.seed, "Sampling seed");
   s->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at EOS");
+  add_kv_dtype_option(s, o->kv_dtype);
   s->add_flag("--print-ids", *print_ids, "Print only the generated ids on stdout (also with --prompt)");
   return {s, [a, o, text, print_ids, spec, comm_stats] {
             MX_CHECK(!text->empty() || !a->prompt_ids.empty(), "generate: give --prompt TEXT or --prompt-ids IDS");

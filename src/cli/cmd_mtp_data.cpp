@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/load_args.h"
 #include "cli/parallel_args.h"
 #include "core/thread_pool.h"
 #include "models/model.h"
@@ -17,7 +18,7 @@ Command add_mtp_data(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto o = std::make_shared<MtpDataOptions>();
   auto threads = std::make_shared<int>(0);
-  auto mtp_head = std::make_shared<std::string>();
+  auto lo = std::make_shared<LoadOptions>();
   auto backend = std::make_shared<std::string>("cpu");
   s->add_option("--backend", *backend, kBackendOptionHelp)->capture_default_str();
   s->add_option("--model", *model, "Model directory, .gguf or llama2.c .bin")->required();
@@ -27,14 +28,12 @@ Command add_mtp_data(CLI::App& app) {
   s->add_option("--top-k", o->top_k, "Logits kept per position")->capture_default_str();
   s->add_option("--seed", o->seed, "Seed of the prompts and the sampling")->capture_default_str();
   s->add_option("--max-running", o->max_running, "Sequences generated at once")->capture_default_str();
-  s->add_option("--mtp-head", *mtp_head, "A trained MTP head to load with the model (its picks go in mtp_top1)");
+  add_load_options(s, *lo);  // a --mtp-head's picks go in mtp_top1
   s->add_option("--threads", *threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 1024));
-  return {s, [model, out, o, threads, mtp_head, backend] {
+  return {s, [model, out, o, threads, lo, backend] {
             if (*threads) set_global_threads(*threads);
-            LoadOptions lo;
-            lo.mtp_head = *mtp_head;
-            lo.backend = *backend;
-            const MtpDataStats st = write_mtp_data(load_model(*model, lo), *o, *out);
+            lo->backend = *backend;
+            const MtpDataStats st = write_mtp_data(load_model(*model, *lo), *o, *out);
             std::fprintf(stderr,
                          "wrote %s: %d sequences x %d tokens (generated in %.1f s, hidden states and top-%d "
                          "logits in %.1f s)\n",

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/load_args.h"
 #include "cli/parallel_args.h"
 #include "cli/spec_args.h"
 #include "io/gguf.h"
@@ -25,7 +26,8 @@ namespace mx::cli {
 
 namespace {
 struct ServeArgs {
-  std::string model, tokenizer, served_name, mtp_head;
+  std::string model, tokenizer, served_name;
+  LoadOptions load;
   std::string host = "127.0.0.1";
   int port = 8000;
   int threads = 0;
@@ -80,10 +82,8 @@ int serve_data_parallel(ServeArgs& a, sigset_t& sigs, const Tokenizer* tok, cons
   ro.route.block_size = a.engine.block_size;
   ro.route.cache_aware = !a.dp_round_robin;
   ro.http_threads = base.http_threads;
-  LoadOptions lo;
-  lo.mtp_head = a.mtp_head;
   for (auto& r : reps) {
-    auto model = load_parallel_model(a.model, a.par, lo);
+    auto model = load_parallel_model(a.model, a.par, a.load);
     r.engine = std::make_unique<Engine>(std::move(model), a.engine);
     server::ServerOptions so = base;
     so.host = "127.0.0.1";
@@ -138,6 +138,7 @@ Command add_serve(CLI::App& app) {
                                                     "at most 1 GiB)")
       ->check(CLI::Range(0, 1 << 26))
       ->capture_default_str();
+  add_kv_dtype_option(s, a->engine.kv_dtype);
   s->add_option("--step-tokens", a->engine.step_tokens, "Token budget of one engine step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -150,7 +151,7 @@ Command add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   a->spec.add(s);
-  s->add_option("--mtp-head", a->mtp_head, "A trained MTP head (safetensors, nextn layout): added to a model without one, or replacing the checkpoint's MTP tensors of the same names");
+  add_load_options(s, a->load);
   s->add_option("--max-tokens-limit", a->limits.max_tokens,
                 "Largest max_tokens a request may ask for (larger: 400; 0: the context)")
       ->check(CLI::Range(0, 1 << 30))
@@ -188,9 +189,7 @@ Command add_serve(CLI::App& app) {
               return serve_data_parallel(*a, sigs, tok, server_options(*a));
             }
             // Under mpirun, ranks > 0 follow rank 0's forwards inside here and return null.
-            LoadOptions lo;
-            lo.mtp_head = a->mtp_head;
-            auto model = load_parallel_model(a->model, a->par, lo);
+            auto model = load_parallel_model(a->model, a->par, a->load);
             if (!model) return 0;
             const ModelConfig& c = model->config();
             mt.check_fits(c.vocab_size);

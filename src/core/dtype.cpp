@@ -73,34 +73,9 @@ uint16_t f32_to_f16(float f) {
   return sign | uint16_t((r - (112u << 23)) >> 13);
 }
 
-float fp8e4m3_to_f32(uint8_t v) {
-  uint32_t sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;
-  float r;
-  if (exp == 0xf && man == 7) return std::nanf("");
-  if (exp == 0)
-    r = std::ldexp(float(man), -9);  // subnormal: man/8 * 2^-6
-  else
-    r = std::ldexp(1.0f + float(man) / 8.0f, int(exp) - 7);
-  return sign ? -r : r;
-}
+float fp8e4m3_to_f32(uint8_t v) { return from_e4m3(v); }
 
-uint8_t f32_to_fp8e4m3(float f) {
-  if (std::isnan(f)) return 0x7f;
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  const float a = std::fabs(f);
-  if (a >= 448.0f) return sign | 0x7e;  // saturate to the largest finite value
-  if (a < 0x1p-6f) {                    // subnormal range: multiples of 2^-9
-    const int m = int(std::nearbyint(a * 512.0f));  // ties to even (default rounding)
-    return sign | uint8_t(m);           // m == 8 is exactly the smallest normal, code 0x08
-  }
-  int e;
-  const float frac = std::frexp(a, &e);  // a = frac * 2^e, frac in [0.5, 1)
-  int m = int(std::nearbyint((frac * 2.0f - 1.0f) * 8.0f));
-  int exp = e - 1 + 7;
-  if (m == 8) m = 0, ++exp;
-  const int code = exp << 3 | m;
-  return sign | uint8_t(code > 0x7e ? 0x7e : code);
-}
+uint8_t f32_to_fp8e4m3(float f) { return to_e4m3(f); }
 
 float load_as_f32(const void* data, DType t, int64_t i) {
   switch (t) {

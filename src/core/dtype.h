@@ -7,6 +7,8 @@
 #include <optional>
 #include <string_view>
 
+#include "core/float_formats.h"
+
 namespace mx {
 
 enum class DType : uint8_t { F32, F16, BF16, F8_E4M3, U8, I8, I16, I32, I64, BOOL, MXFP4 };
@@ -24,13 +26,7 @@ inline float bf16_to_f32(uint16_t h) {
 }
 
 // Round to nearest even; NaN stays NaN (quiet).
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
+inline uint16_t f32_to_bf16(float f) { return to_bf16(f); }
 
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);

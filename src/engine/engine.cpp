@@ -33,14 +33,15 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& opts) : model_
            "engine: block size, max running and step tokens must be positive");
   const ModelConfig& c = model_->config();
   const KVLayout lay = model_->kv_layout();
-  const size_t block_bytes = size_t(lay.n_layers) * (lay.k_width + lay.v_width) * 4 * opts_.block_size;
+  const DType kv_dtype = kv_cache_dtype(opts_.kv_dtype, model_->backend());
+  const size_t block_bytes = KVPool::block_bytes(lay, opts_.block_size, kv_dtype);
   int blocks = opts_.kv_blocks;
   if (blocks <= 0) {
     const size_t per_seq = (c.max_position_embeddings + opts_.block_size - 1) / opts_.block_size;
     blocks = int(std::min(per_seq * opts_.max_running, (size_t(1) << 30) / std::max<size_t>(block_bytes, 1)));
     blocks = std::max(blocks, int(per_seq));
   }
-  pool_ = std::make_unique<KVPool>(lay, blocks, opts_.block_size, model_->backend());
+  pool_ = std::make_unique<KVPool>(lay, blocks, opts_.block_size, model_->backend(), kv_dtype);
   cache_ = std::make_unique<PrefixCache>(*pool_);
   logits_.resize(size_t(opts_.step_tokens) * c.vocab_size);
   drafter_ = make_drafter(opts_.spec, *model_, *pool_);

@@ -28,6 +28,7 @@ namespace mx {
 struct EngineOptions {
   int kv_blocks = 0;          // 0: enough for max_running full-context sequences, capped at 1 GiB of KV
   int block_size = 16;
+  std::string kv_dtype = "auto";  // --kv-dtype (engine/kv_cache.h kv_cache_dtype)
   int max_running = 16;       // requests decoding at once
   int max_queue = 256;        // waiting requests beyond which submit() refuses
   int step_tokens = 256;      // token budget of one forward (decodes + prefill chunks)

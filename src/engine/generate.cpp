@@ -93,7 +93,8 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
       c, prompt, opts, on_token,
       [&] {
         const int bs = 16, total = int(prompt.size()) + opts.max_tokens;
-        pool = std::make_unique<KVPool>(model.kv_layout(), blocks_for(total, bs), bs, model.backend());
+        pool = std::make_unique<KVPool>(model.kv_layout(), blocks_for(total, bs), bs, model.backend(),
+                                        kv_cache_dtype(opts.kv_dtype, model.backend()));
         MX_CHECK(kv.reserve(*pool, total), "KV pool too small");
         prefill(model, *pool, kv, prompt, opts.prefill_chunk, logits.data());
       },

@@ -17,6 +17,7 @@ struct GenerateOptions {
   SamplingParams sampling;
   bool ignore_eos = false;
   int prefill_chunk = 512;  // tokens per prefill forward
+  std::string kv_dtype = "auto";  // engine/kv_cache.h kv_cache_dtype
 };
 
 struct GenerateResult {

@@ -2,21 +2,34 @@
 
 namespace mx {
 
-KVPool::KVPool(const KVLayout& layout, int n_blocks, int block_size, Backend* backend)
-    : layout_(layout), n_blocks_(n_blocks), block_size_(block_size), backend_(backend) {
+size_t KVPool::block_bytes(const KVLayout& layout, int block_size, DType dtype) {
+  return size_t(layout.n_layers) * (layout.k_width + layout.v_width) * block_size * (dtype_bits(dtype) / 8);
+}
+
+DType kv_cache_dtype(const std::string& spec, const Backend* backend) {
+  if (spec == "auto") return backend && !backend->host_memory() ? DType::BF16 : DType::F32;
+  if (spec == "f32") return DType::F32;
+  if (spec == "bf16") return DType::BF16;
+  if (spec == "fp8") return DType::F8_E4M3;
+  fail("--kv-dtype {}: expected auto, f32, bf16 or fp8", spec);
+}
+
+KVPool::KVPool(const KVLayout& layout, int n_blocks, int block_size, Backend* backend, DType dtype)
+    : layout_(layout), n_blocks_(n_blocks), block_size_(block_size), backend_(backend), dtype_(dtype) {
   MX_CHECK(n_blocks > 0 && block_size > 0, "KV pool needs positive block count and size");
-  const size_t per_layer = size_t(n_blocks) * block_size;
-  const size_t k_floats = per_layer * layout.n_layers * layout.k_width;
-  const size_t v_floats = per_layer * layout.n_layers * layout.v_width;
-  const size_t bytes = (k_floats + v_floats) * sizeof(float);
+  MX_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F8_E4M3,
+           "KV cache dtype {}: F32, BF16 or F8_E4M3", dtype_name(dtype));
+  const size_t per_layer = size_t(n_blocks) * block_size, es = dtype_bits(dtype) / 8;
+  const size_t k_bytes = per_layer * layout.n_layers * layout.k_width * es;
+  const size_t bytes = size_t(n_blocks) * block_bytes(layout, block_size, dtype);
   if (backend) {
     dev_storage_ = DevBuffer(*backend, bytes);
-    k_ = dev_storage_.get<float>();
+    k_ = dev_storage_.get<char>();
   } else {
     storage_ = Buffer(bytes);
-    k_ = static_cast<float*>(storage_.data());
+    k_ = static_cast<char*>(storage_.data());
   }
-  v_ = k_ + k_floats;
+  v_ = k_ + k_bytes;
   refs_.assign(n_blocks, 0);
   free_.reserve(n_blocks);
   for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);

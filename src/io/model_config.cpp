@@ -336,7 +336,7 @@ float rope_attention_factor(const ModelConfig& c) {
   return float(yarn_mscale(s.factor, 1.0));
 }
 
-ModelConfig load_hf_config(const std::string& path) {
+ModelConfig load_hf_config(const std::string& path, const std::string& overrides) {
   std::ifstream in(path);
   if (!in) fail("cannot open {}", path);
   json j;
@@ -344,6 +344,16 @@ ModelConfig load_hf_config(const std::string& path) {
     j = json::parse(in);
   } catch (const json::exception& e) {
     fail("{}: not valid JSON: {}", path, e.what());
+  }
+  if (!overrides.empty()) {
+    json o;
+    try {
+      o = json::parse(overrides);
+    } catch (const json::exception& e) {
+      fail("--hf-overrides: not valid JSON: {}", e.what());
+    }
+    if (!o.is_object() || !j.is_object()) fail("--hf-overrides: expected a JSON object, e.g. {{\"num_hidden_layers\": 4}}");
+    j.update(o);  // top-level keys replace the file's, as vLLM's --hf-overrides
   }
   try {
     return parse_hf_config(j);

@@ -83,7 +83,9 @@ struct ModelConfig {
 };
 
 ModelConfig parse_hf_config(const nlohmann::json& j);
-ModelConfig load_hf_config(const std::string& path);  // path to config.json
+// path: a config.json; overrides: "" or a JSON object whose top-level keys
+// replace the file's (vLLM's --hf-overrides).
+ModelConfig load_hf_config(const std::string& path, const std::string& overrides = "");
 const char* arch_name(Arch a);
 
 // Attention softmax scale: 1/sqrt(qk head dim), times yarn's mscale^2 for

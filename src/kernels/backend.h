@@ -73,12 +73,27 @@ struct RouteArgs {
 
 // Paged KV cache of one layer (engine/kv_cache.h): position p of a sequence is
 // slot block_table[p / block_size] * block_size + p % block_size; a slot holds
-// k_width floats of K and v_width floats of V. kv head g's key is at g * head_dim.
+// k_width values of K and v_width values of V. kv head g's key is at g * head_dim.
+// Values are stored as `dtype`: F32, BF16 or F8_E4M3 (unscaled, i.e. a scale of
+// 1 as vLLM's fp8 cache has without calibrated k/v scales), written from f32
+// by kv_write and read back to f32 by attention (kv_load / kv_store).
 struct PagedKV {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int k_width = 0, v_width = 0, block_size = 16;
+  DType dtype = DType::F32;
 };
+
+MX_HD inline float kv_load(const void* base, DType t, int64_t i) {
+  if (t == DType::BF16) return from_bf16(static_cast<const uint16_t*>(base)[i]);
+  if (t == DType::F8_E4M3) return from_e4m3(static_cast<const uint8_t*>(base)[i]);
+  return static_cast<const float*>(base)[i];
+}
+MX_HD inline void kv_store(void* base, DType t, int64_t i, float v) {
+  if (t == DType::BF16) static_cast<uint16_t*>(base)[i] = to_bf16(v);
+  else if (t == DType::F8_E4M3) static_cast<uint8_t*>(base)[i] = to_e4m3(v);
+  else static_cast<float*>(base)[i] = v;
+}
 
 // head_dim is the query/key width of a head; v_dim the value width (0: head_dim).
 // values_in_k: MLA's latent cache, where a kv head's value is the first v_dim
@@ -189,6 +204,12 @@ class Backend {
   // memory is not host memory refuse it (expert parallel runs on the CPU).
   virtual void moe_pairs(float* slots, const float* x, const int32_t* in_row, const int32_t* expert,
                          int64_t n_pairs, const ExpertWeights& w, const float* xs, float* outs, int64_t ts);
+
+  // --load-format dummy's weights (models/dummy_weights.h): n elements of dtype
+  // at dst, element i drawn from (seed, i) by kernels/fill_impl.h, so every
+  // backend makes the same tensor. F32, BF16, F8_E4M3: uniform reals in
+  // [lo, hi); U8: uniform integers in [lo, hi] (E2M1 pairs, E8M0 scales).
+  virtual void fill_uniform(void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed) = 0;
 
   // ids[r] = argmax of logits row r (the lowest index among equal maxima).
   virtual void argmax(int32_t* ids, const float* logits, int64_t rows, int vocab) = 0;

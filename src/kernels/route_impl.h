@@ -12,11 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define MX_HD __host__ __device__
-#else
-#define MX_HD
-#endif
+#include "core/float_formats.h"  // MX_HD
 
 namespace mx {
 

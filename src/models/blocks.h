@@ -31,10 +31,7 @@ struct ForwardCtx {
   const int32_t* block_tables;
   int max_blocks;
 
-  PagedKV layer_kv(int layer) const {
-    return {kv.k(layer, 0), kv.layout().v_width ? kv.v(layer, 0) : nullptr, kv.layout().k_width,
-            kv.layout().v_width, kv.block_size()};
-  }
+  PagedKV layer_kv(int layer) const { return kv.layer(layer); }
 };
 
 // Weight dtypes a dense projection may be stored in.

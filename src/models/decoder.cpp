@@ -58,6 +58,7 @@ std::unique_ptr<Model> build_decoder(const ModelConfig& c, std::shared_ptr<Tenso
   m->use_backend(opts.backend);
   WeightBinder wb(*store, c.quant);
   wb.set_shard(opts.shard.get());
+  if (opts.load_format == "dummy") m->make_dummy(wb, opts);
   bind_embed_and_head(wb, c, *m);
   const bool vp = m->vocab_parallel();
   const int vl = vp ? c.vocab_size / opts.shard->size : c.vocab_size;
@@ -84,6 +85,13 @@ void DecoderModel::use_backend(const std::string& spec) {
            backend_->name());
 }
 
+void DecoderModel::make_dummy(WeightBinder& wb, const LoadOptions& opts) {
+  MX_CHECK(store_->size() == 0, "--load-format dummy: the tensor store must start empty");
+  dummy_ = std::make_shared<DummyWeights>(*backend_, opts.dummy_seed);
+  store_->keep_alive(dummy_);  // the store's tensors view its host memory
+  wb.make_missing(*store_, *dummy_, opts.dummy_dtype == "f32" ? DType::F32 : DType::BF16);
+}
+
 bool DecoderModel::vocab_parallel() const {
   return plan_ && plan_->tp_on() && cfg_.vocab_size % plan_->size == 0;
 }
@@ -106,7 +114,7 @@ void DecoderModel::finish(WeightBinder& wb, const LoadOptions& opts) {
     n_params_ += b.params;
     weight_bytes_ += store_->get(b.checkpoint_name).nbytes();
   }
-  dw_ = std::make_unique<DeviceWeights>(*backend_);
+  dw_ = std::make_unique<DeviceWeights>(*backend_, dummy_.get());
   place(*dw_);
   arena_ = std::make_unique<DevArena>(*backend_);
   arena_->reserve(arena_bytes(opts.max_batch_tokens, 1, 64));

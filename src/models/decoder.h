@@ -43,6 +43,8 @@ class DecoderModel final : public Model {
   std::vector<MtpLayer> mtp;
   // Before binding: the backend the model will run on (LoadOptions::backend).
   void use_backend(const std::string& spec);
+  // --load-format dummy: the binder makes every parameter into the (empty) store.
+  void make_dummy(WeightBinder& wb, const LoadOptions& opts);
   // After binding: checks it, places the weights on the backend, sizes the arena.
   void finish(WeightBinder& wb, const LoadOptions& opts);
 
@@ -83,6 +85,7 @@ class DecoderModel final : public Model {
   int64_t n_params_ = 0;
   size_t weight_bytes_ = 0;
   std::shared_ptr<Backend> backend_;
+  std::shared_ptr<DummyWeights> dummy_;  // --load-format dummy
   std::unique_ptr<DeviceWeights> dw_;
   std::unique_ptr<DevArena> arena_;
   DevWeight d_embed_, d_lm_head_;

@@ -44,6 +44,13 @@ const float* DeviceWeights::floats(const std::vector<float>& v) {
   return owned_.back().get<float>();
 }
 
+void DeviceWeights::put(void* dst, const void* src, size_t bytes) {
+  if (dummy_ && dummy_->placeholder(src))
+    dummy_->fill(b_, dst, src);
+  else
+    b_.upload(dst, src, bytes);
+}
+
 std::vector<DevWeight> DeviceWeights::stack(const std::vector<const Tensor*>& ts) {
   std::vector<DevWeight> out;
   if (b_.host_memory()) {
@@ -68,8 +75,8 @@ std::vector<DevWeight> DeviceWeights::stack(const std::vector<const Tensor*>& ts
     DevWeight w = w0;
     w.data = data + e * db;
     w.scales = sb ? scales + e * sb : nullptr;
-    b_.upload(w.data, t.data, db);
-    if (sb) b_.upload(w.scales, t.scales, sb);
+    put(w.data, t.data, db);
+    if (sb) put(w.scales, t.scales, sb);
     out.push_back(w);
   }
   uploaded_ += (db + sb) * ts.size();

@@ -10,12 +10,15 @@
 
 #include "core/tensor.h"
 #include "kernels/backend.h"
+#include "models/dummy_weights.h"
 
 namespace mx {
 
 class DeviceWeights {
  public:
-  explicit DeviceWeights(Backend& b) : b_(b) {}
+  // dummy: --load-format dummy's weights; its placeholders are made in place
+  // (Backend::fill_uniform) instead of uploaded.
+  explicit DeviceWeights(Backend& b, const DummyWeights* dummy = nullptr) : b_(b), dummy_(dummy) {}
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;
 
@@ -34,7 +37,9 @@ class DeviceWeights {
 
  private:
   DevWeight describe(const Tensor& t) const;
+  void put(void* dst, const void* src, size_t bytes);  // upload, or make a dummy placeholder
   Backend& b_;
+  const DummyWeights* dummy_ = nullptr;
   std::vector<DevBuffer> owned_;
   std::vector<std::vector<float>> host_vectors_;
   std::map<const void*, DevWeight> placed_;

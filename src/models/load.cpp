@@ -112,7 +112,34 @@ void attach_mtp_head(Checkpoint& ck, const std::string& path) {
   c.num_nextn_predict_layers = int(layers.size());
 }
 
+static Checkpoint dummy_checkpoint(const std::string& path, const std::string& dtype, const std::string& overrides) {
+  const fs::path cfg = fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
+  MX_CHECK(fs::is_regular_file(cfg), "--load-format dummy: {} is not a config.json nor a directory holding one", path);
+  Checkpoint ck;
+  ck.config = load_hf_config(cfg.string(), overrides);
+  ck.tensors = std::make_shared<TensorStore>();
+  ModelConfig& c = ck.config;
+  if (dtype.empty() || dtype == "bf16" || dtype == "f32") {
+    if (!dtype.empty()) c.quant = {};  // "" keeps the config's quantization_config
+  } else if (dtype == "mxfp4" || dtype == "fp8") {
+    c.quant.method = dtype == "mxfp4" ? QuantMethod::Mxfp4 : QuantMethod::Fp8Block;
+    c.quant.exclude = default_excludes(c.num_hidden_layers, c.num_nextn_predict_layers);
+  } else {
+    fail("--dummy-dtype {}: expected bf16, f32, fp8 or mxfp4", dtype);
+  }
+  if (fs::is_directory(path)) ck.hf_dir = path;
+  return ck;
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
+  MX_CHECK(opts.load_format == "auto" || opts.load_format == "dummy", "--load-format {}: expected auto or dummy",
+           opts.load_format);
+  if (opts.load_format == "dummy") {
+    MX_CHECK(opts.mtp_head.empty(), "--mtp-head does not apply to --load-format dummy");
+    return build_model(dummy_checkpoint(path, opts.dummy_dtype, opts.hf_overrides), opts);
+  }
+  MX_CHECK(opts.dummy_dtype.empty() && opts.hf_overrides.empty(),
+           "--dummy-dtype and --hf-overrides apply to --load-format dummy only");
   Checkpoint ck = load_checkpoint(path);
   if (!opts.mtp_head.empty()) attach_mtp_head(ck, opts.mtp_head);
   return build_model(ck, opts);

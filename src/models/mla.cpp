@@ -40,6 +40,7 @@ MlaAttention::MlaAttention(WeightBinder& wb, const std::string& p, const ModelCo
     n_heads_ = nh;
   }
   if (kv_b_.empty()) return;  // binding failed; the binder reports it
+  kv_b_ = wb.on_host(kv_b_);   // split per head on the host below
   if (kv_b_.dtype == DType::MXFP4 || kv_b_.dtype == DType::F8_E4M3) {
     // The absorbed form splits kv_b_proj per head: work on plain values, as
     // vLLM and sglang dequantize it first (docs/architectures.md 5.4).

@@ -77,6 +77,19 @@ struct LoadOptions {
   std::shared_ptr<const ShardPlan> shard;
   // The backend the model runs on: "cpu", "cuda[:N]", "hip[:N]" (kernels/backend.h).
   std::string backend = "cpu";
+  // "auto": the checkpoint at the path; "dummy": config.json alone (the path is
+  // a directory holding it, or the file), random weights made in the backend's
+  // memory (models/dummy_weights.h).
+  std::string load_format = "auto";
+  // dummy: how the Linear layers are stored: "bf16", "f32", "fp8" (block FP8)
+  // or "mxfp4" (Quark's layout; router gates, lm_head and MTP layers stay bf16
+  // as `mxserve quantize` leaves them); "" takes the config's
+  // quantization_config when it has one, else bf16.
+  std::string dummy_dtype;
+  uint64_t dummy_seed = 0;
+  // dummy: a JSON object whose top-level keys replace config.json's (vLLM's
+  // --hf-overrides), e.g. {"num_hidden_layers": 8} for a shorter stack.
+  std::string hf_overrides;
 };
 
 // A checkpoint read but not yet bound to a model: its config and tensors.

@@ -1,5 +1,7 @@
 #include "models/weight_binder.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace mx {
@@ -15,6 +17,7 @@ std::string shape_of(const std::vector<int64_t>& s) {
 Tensor WeightBinder::bind(const std::string& name, const std::string& param,
                           std::vector<int64_t> shape, std::initializer_list<DType> dtypes,
                           bool required) {
+  if (dummy_ && required && !store_.find(name)) make_dummy(name, shape, dtypes);
   const Tensor* t = store_.find(name);
   if (!t) {
     if (required) missing_.push_back(fmt::format("{} (for {}, shape {})", name, param, shape_of(shape)));
@@ -49,6 +52,7 @@ Tensor WeightBinder::need(const std::string& name, const std::string& param,
 Tensor WeightBinder::linear(const std::string& prefix, const std::string& param, int64_t out,
                             int64_t in) {
   const std::string wname = prefix + ".weight";
+  if (dummy_ && !store_.contains(wname)) make_dummy_linear(prefix, out, in, quant_.quantized(prefix));
   const bool has_mx = store_.contains(prefix + ".weight_scale");
   const bool has_fp8 = store_.contains(prefix + ".weight_scale_inv");
   const bool want = quant_.quantized(prefix);
@@ -106,6 +110,38 @@ Tensor WeightBinder::linear(const std::string& prefix, const std::string& param,
 Tensor WeightBinder::optional(const std::string& name, const std::string& param,
                               std::vector<int64_t> shape, std::initializer_list<DType> dtypes) {
   return bind(name, param, std::move(shape), dtypes, false);
+}
+
+void WeightBinder::make_missing(TensorStore& store, DummyWeights& dummy, DType plain) {
+  MX_CHECK(&store == &store_, "make_missing: not the store this binder reads");
+  MX_CHECK(plain == DType::F32 || plain == DType::BF16, "dummy weights: plain dtype {} (F32 or BF16)", dtype_name(plain));
+  dummy_store_ = &store, dummy_ = &dummy, dummy_plain_ = plain;
+}
+
+Tensor WeightBinder::on_host(const Tensor& t) { return dummy_ ? dummy_->on_host(t) : t; }
+
+// Ranges: dummy_weights.h.
+void WeightBinder::make_dummy(const std::string& name, const std::vector<int64_t>& shape,
+                              std::initializer_list<DType> dtypes) {
+  auto allowed = [&](DType d) { return std::find(dtypes.begin(), dtypes.end(), d) != dtypes.end(); };
+  const DType want = shape.size() == 1 ? DType::F32 : dummy_plain_;
+  const DType dt = allowed(want) ? want : *dtypes.begin();
+  const bool norm = name.find("norm") != std::string::npos;
+  dummy_->add(*dummy_store_, name, dt, shape, norm ? 0.9f : -0.035f, norm ? 1.1f : 0.035f);
+}
+
+void WeightBinder::make_dummy_linear(const std::string& prefix, int64_t out, int64_t in, bool quantized) {
+  TensorStore& st = *dummy_store_;
+  const std::string w = prefix + ".weight";
+  if (quantized && quant_.method == QuantMethod::Mxfp4 && in % 32 == 0) {
+    dummy_->add(st, w, DType::U8, {out, in / 2}, 0, 255);
+    dummy_->add(st, prefix + ".weight_scale", DType::U8, {out, in / 32}, 119, 121);
+  } else if (quantized && quant_.method == QuantMethod::Fp8Block) {
+    dummy_->add(st, w, DType::F8_E4M3, {out, in}, -1.0f, 1.0f);
+    dummy_->add(st, prefix + ".weight_scale_inv", DType::F32, {(out + 127) / 128, (in + 127) / 128}, 0.03f, 0.04f);
+  } else {
+    dummy_->add(st, w, dummy_plain_, {out, in}, -0.035f, 0.035f);
+  }
 }
 
 void WeightBinder::ignore(const std::string& regex, const std::string& why) {

@@ -13,6 +13,7 @@
 
 #include "core/tensor.h"
 #include "io/tensor_store.h"
+#include "models/dummy_weights.h"
 #include "parallel/shard.h"
 #include "quant/quant_config.h"
 
@@ -58,6 +59,16 @@ class WeightBinder {
   const ShardPlan& shard() const { return shard_ ? *shard_ : no_shard_; }
   void set_shard(const ShardPlan* plan) { shard_ = plan; }
 
+  // --load-format dummy (models/dummy_weights.h): from now on every required
+  // parameter that `store` (the store this binder reads) lacks is first made
+  // by `dummy` and added to it: a Linear layer as the quantization_config says
+  // (MXFP4 / FP8 layouts) or else in `plain` (F32 or BF16), other matrices in
+  // `plain`, vectors in F32. Optional parameters stay absent.
+  void make_missing(TensorStore& store, DummyWeights& dummy, DType plain);
+  // t with its bytes in host memory (dummy placeholders made now), for blocks
+  // that prepare a weight on the host (MLA's absorption); t itself otherwise.
+  Tensor on_host(const Tensor& t);
+
   // Throws mx::Error listing every problem; otherwise returns the mapping.
   const std::vector<BoundParam>& finish();
 
@@ -65,7 +76,13 @@ class WeightBinder {
   Tensor bind(const std::string& name, const std::string& param, std::vector<int64_t> shape,
               std::initializer_list<DType> dtypes, bool required);
 
+  void make_dummy(const std::string& name, const std::vector<int64_t>& shape, std::initializer_list<DType> dtypes);
+  void make_dummy_linear(const std::string& prefix, int64_t out, int64_t in, bool quantized);
+
   const TensorStore& store_;
+  TensorStore* dummy_store_ = nullptr;
+  DummyWeights* dummy_ = nullptr;
+  DType dummy_plain_ = DType::BF16;
   std::set<std::string> used_;
   std::vector<std::pair<std::regex, std::string>> ignores_;
   const QuantConfig& quant_;

@@ -19,6 +19,7 @@ enum Op : int32_t { kStop = 0, kForward = 1, kForwardMtp = 2, kStats = 3, kReset
 struct Header {
   int32_t op = kStop, n_ints = 0, mtp_index = 0, want_hidden = 0;
   int32_t pool_blocks = 0, block_size = 0, n_tokens = 0, n_logit_rows = 0;
+  int32_t kv_dtype = 0;  // the leader pool's DType: every rank caches alike
   int64_t pool_id = 0;  // the leader's pool, so a follower knows when to start a new one
 };
 
@@ -73,6 +74,7 @@ void ParallelModel::send_batch(int op, int mtp_index, const Batch& batch, const 
   h.want_hidden = want_hidden;
   h.pool_blocks = kv.n_blocks();
   h.block_size = kv.block_size();
+  h.kv_dtype = int32_t(kv.dtype());
   h.n_tokens = int32_t(batch.tokens.size());
   h.n_logit_rows = int32_t(batch.logit_rows.size());
   h.pool_id = int64_t(reinterpret_cast<uintptr_t>(&kv));
@@ -141,7 +143,8 @@ void follow_leader(Model& shard, Comm& comm) {
       comm.broadcast(prev.data(), prev.size() * 4, 0);
     }
     if (!pool || pool_id != h.pool_id || pool->n_blocks() != h.pool_blocks || pool->block_size() != h.block_size) {
-      pool = std::make_unique<KVPool>(shard.kv_layout(), h.pool_blocks, h.block_size, shard.backend());
+      pool = std::make_unique<KVPool>(shard.kv_layout(), h.pool_blocks, h.block_size, shard.backend(),
+                                      DType(h.kv_dtype));
       pool_id = h.pool_id;
     }
     // Rebuild the batch with this rank's SeqKVs over the leader's block ids.

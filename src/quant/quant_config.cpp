@@ -188,4 +188,11 @@ json quant_config_json(const QuantConfig& q) {
             {"weight_format", "real_quantized"}, {"weight_merge_groups", nullptr}}}};
 }
 
+std::vector<std::string> default_excludes(int num_hidden_layers, int num_mtp_layers) {
+  std::vector<std::string> v = {"lm_head", R"(re:.*\.mlp\.gate$)"};
+  for (int i = 0; i < num_mtp_layers; ++i)
+    v.push_back(fmt::format(R"(re:model\.layers\.{}\.)", num_hidden_layers + i));
+  return v;
+}
+
 }  // namespace mx

@@ -26,6 +26,10 @@ struct QuantConfig {
   const char* method_name() const;
 };
 
+// The exclude entries (Quark form) the quantizer uses by default for a config:
+// lm_head, every router gate, and every MTP layer (model.layers.{L+i}.*).
+std::vector<std::string> default_excludes(int num_hidden_layers, int num_mtp_layers);
+
 // Parses config.json's "quantization_config" (absent or null: QuantMethod::None).
 // Unsupported schemes are errors naming the field.
 QuantConfig parse_quant_config(const nlohmann::json& config);

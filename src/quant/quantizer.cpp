@@ -18,13 +18,6 @@ using json = nlohmann::json;
 
 namespace mx {
 
-std::vector<std::string> default_excludes(int num_hidden_layers, int num_mtp_layers) {
-  std::vector<std::string> v = {"lm_head", R"(re:.*\.mlp\.gate$)"};
-  for (int i = 0; i < num_mtp_layers; ++i)
-    v.push_back(fmt::format(R"(re:model\.layers\.{}\.)", num_hidden_layers + i));
-  return v;
-}
-
 namespace {
 
 // Row-parallel MXFP4 quantization of a [rows, cols] weight of any float dtype.

@@ -26,9 +26,6 @@ struct QuantizeReport {
   std::vector<std::string> warnings;
 };
 
-// The exclude entries (Quark form) the quantizer uses by default for a config:
-// lm_head, every router gate, and every MTP layer (model.layers.{L+i}.*).
-std::vector<std::string> default_excludes(int num_hidden_layers, int num_mtp_layers);
 
 QuantizeReport quantize_checkpoint(const std::string& in, const std::string& out_dir,
                                    const QuantizeOptions& opts);

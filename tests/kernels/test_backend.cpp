@@ -207,9 +207,41 @@ Results run_ops(Backend& b) {
     PagedKV kv{d.zeros<float>(64 * kw), d.zeros<float>(64 * kw), kw, kw, 16};
     const std::vector<float> k = randn(T * 12, rng), v = randn(T * 12, rng);
     b.kv_write(kv, d.put(k), 12, d.put(v), 12, d.put(std::vector<int32_t>{5, 63, 17}), T);
-    std::vector<float> both = d.get(kv.k, 64 * kw), vv = d.get(kv.v, 64 * kw);
+    std::vector<float> both = d.get(static_cast<float*>(kv.k), 64 * kw), vv = d.get(static_cast<float*>(kv.v), 64 * kw);
     both.insert(both.end(), vv.begin(), vv.end());
     r["kv_write"] = both;
+  }
+  // bf16 and fp8 caches: kv_write rounds (the same bits on every backend), attention reads them back.
+  for (DType dt : {DType::BF16, DType::F8_E4M3}) {
+    const int H = 4, G = 2, hd = 32, bs = 16, kw = G * hd, slots = 64;
+    const size_t es = dtype_bits(dt) / 8;
+    PagedKV kv{d.zeros<uint8_t>(slots * kw * es), d.zeros<uint8_t>(slots * kw * es), kw, kw, bs, dt};
+    std::vector<int32_t> slot(40);
+    for (int i = 0; i < 40; ++i) slot[i] = (i * 37 + 5) % slots;  // 40 positions scattered over 4 blocks
+    const std::vector<float> k = randn(40 * kw, rng), v = randn(40 * kw, rng);
+    b.kv_write(kv, d.put(k), kw, d.put(v), kw, d.put(slot), 40);
+    const std::vector<uint8_t> kb = d.get(static_cast<uint8_t*>(kv.k), slots * kw * es);
+    std::vector<float> kf(slots * kw);
+    for (int i = 0; i < slots * kw; ++i) kf[i] = kv_load(kb.data(), dt, i);
+    const std::string tag = std::string(" ") + dtype_name(dt);
+    r["kv_write" + tag] = kf;
+    const std::vector<int32_t> tables{0, 1, 2, 3};  // position p at slot p (blocks 0..3 in order)
+    const std::vector<float> q = randn(2 * H * hd, rng);
+    float* out = d.zeros<float>(2 * H * hd);
+    b.paged_attention(out, d.put(q), H * hd, kv, AttnArgs{H, G, hd, 0.2f}, d.put(tables), 4,
+                      d.put(std::vector<int32_t>{0, 0}), d.put(std::vector<int32_t>{63, 20}), 2);
+    r["paged_attention" + tag] = d.get(out, 2 * H * hd);
+  }
+  // --load-format dummy's weights: the same bits on every backend.
+  for (DType dt : {DType::F32, DType::BF16, DType::F8_E4M3, DType::U8}) {
+    const size_t n = 1000, es = dtype_bits(dt) / 8;
+    uint8_t* p = d.zeros<uint8_t>(n * es);
+    const bool bytes = dt == DType::U8;
+    b.fill_uniform(p, dt, n, bytes ? 100.0f : -0.5f, bytes ? 140.0f : 0.5f, 77);
+    const std::vector<uint8_t> raw = d.get(p, n * es);
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = bytes ? float(raw[i]) : load_as_f32(raw.data(), dt, int64_t(i));
+    r[std::string("fill ") + dtype_name(dt)] = v;
   }
   {  // MoE: routing (both router kinds) and the grouped expert FFN
     const int T = 6, E = 16, k = 4, D = 64, Hd = 96;
@@ -306,6 +338,26 @@ TEST(Backend, CpuBackendMatchesReferences) {
   }
   // The whole op set runs, prefill attention equals decode attention row by row.
   const Results r = run_ops(*b);
+  // A bf16 / fp8 cache holds the rounded values (within half an ulp: 2^-9 and
+  // 2^-4 relative); a dummy fill stays in its range and is not constant.
+  for (const char* dt : {"BF16", "F8_E4M3"}) {
+    const std::vector<float>& kf = r.at(std::string("kv_write ") + dt);
+    const std::vector<float>& o = r.at(std::string("paged_attention ") + dt);
+    EXPECT_GT(max_abs(kf), 1.0f) << dt;
+    EXPECT_GT(max_abs(o), 0.0f) << dt;
+  }
+  for (const char* dt : {"F32", "BF16", "F8_E4M3", "U8"}) {
+    const std::vector<float>& v = r.at(std::string("fill ") + dt);
+    const bool bytes = std::string(dt) == "U8";
+    const float lo = bytes ? 100 : -0.5f, hi = bytes ? 140 : 0.5f;
+    float mn = 1e9f, mx = -1e9f;
+    double mean = 0;
+    for (float x : v) mn = std::min(mn, x), mx = std::max(mx, x), mean += x / v.size();
+    EXPECT_GE(mn, lo) << dt;
+    EXPECT_LE(mx, hi) << dt;
+    EXPECT_GT(mx - mn, 0.8f * (hi - lo)) << dt;
+    EXPECT_NEAR(mean, (lo + hi) / 2, 0.05 * (hi - lo)) << dt;
+  }
   const std::vector<float>& pre = r.at("prefill_attention hd64");
   EXPECT_EQ(pre.size(), 50u * 8 * 64);
   // Sampling is an exact draw: at a tiny temperature it is the argmax.
@@ -336,6 +388,45 @@ TEST(Backend, PrefillAttentionEqualsDecodeAttention) {
   for (int i = 0; i < n; ++i) pos[i] = i;
   b->paged_attention(o2, d.put(q), H * hd, kv, a, d.put(table), 4, d.put(seq), d.put(pos), n);
   EXPECT_EQ(d.get(o1, n * H * hd), d.get(o2, n * H * hd));
+}
+
+TEST(Backend, Bf16AndFp8KvCachesHoldTheRoundedValues) {
+  // kv_write into a bf16 / fp8 cache rounds each value once (round to nearest
+  // even); attention over it equals attention over an f32 cache holding those
+  // rounded values, bit for bit, for GQA and MLA's values-in-K layout.
+  auto b = make_backend("cpu");
+  std::mt19937 rng(11);
+  Dev d(*b);
+  const int H = 4, G = 2, hd = 32, bs = 8, n = 29, kw = G * hd;
+  const std::vector<float> k = randn(n * kw, rng, 3.0f), v = randn(n * kw, rng);
+  std::vector<int32_t> slots(n);
+  for (int i = 0; i < n; ++i) slots[i] = i;
+  const std::vector<int32_t> table{0, 1, 2, 3};
+  const std::vector<float> q = randn(H * hd, rng);
+  for (DType dt : {DType::BF16, DType::F8_E4M3}) {
+    const size_t es = dtype_bits(dt) / 8;
+    PagedKV kv{d.zeros<uint8_t>(32 * kw * es), d.zeros<uint8_t>(32 * kw * es), kw, kw, bs, dt};
+    b->kv_write(kv, d.put(k), kw, d.put(v), kw, d.put(slots), n);
+    std::vector<float> kr(32 * kw, 0.0f), vr(32 * kw, 0.0f);
+    for (int i = 0; i < n * kw; ++i) {
+      kr[i] = dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(k[i])) : fp8e4m3_to_f32(f32_to_fp8e4m3(k[i]));
+      vr[i] = dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(v[i])) : fp8e4m3_to_f32(f32_to_fp8e4m3(v[i]));
+      EXPECT_LE(std::fabs(kr[i] - k[i]), std::fabs(k[i]) * (dt == DType::BF16 ? 0x1p-8f : 0x1p-3f) + 1e-3f);
+    }
+    PagedKV ref{d.put(kr), d.put(vr), kw, kw, bs};
+    for (bool mla : {false, true}) {
+      AttnArgs a{H, G, hd, 0.2f};
+      if (mla) a.v_dim = hd / 2, a.values_in_k = true;
+      float* o1 = d.zeros<float>(H * hd);
+      float* o2 = d.zeros<float>(H * hd);
+      const int32_t* tb = d.put(table);
+      b->paged_attention(o1, d.put(q), H * hd, kv, a, tb, 4, d.put(std::vector<int32_t>{0}),
+                         d.put(std::vector<int32_t>{n - 1}), 1);
+      b->paged_attention(o2, d.put(q), H * hd, ref, a, tb, 4, d.put(std::vector<int32_t>{0}),
+                         d.put(std::vector<int32_t>{n - 1}), 1);
+      EXPECT_EQ(d.get(o1, H * a.vd()), d.get(o2, H * a.vd())) << dtype_name(dt) << (mla ? " mla" : " gqa");
+    }
+  }
 }
 
 TEST(Backend, SamplingFollowsTheDistribution) {
@@ -402,8 +493,8 @@ TEST(GpuBackend, EveryOpMatchesTheCpuBackend) {
         EXPECT_GE(same, int(g.size()) - 2) << kind << " " << name;
         continue;
       }
-      const bool exact = name.find("ids") != std::string::npos || name == "argmax" || name == "kv_write" ||
-                         name == "embed";
+      const bool exact = name.find("ids") != std::string::npos || name == "argmax" ||
+                         name.rfind("kv_write", 0) == 0 || name == "embed" || name.rfind("fill", 0) == 0;
       // MXFP4 on the CPU quantizes activations to int8; the GPU keeps them f32.
       const float rel = exact ? 0.0f : name.find("MXFP4") != std::string::npos ? 2e-2f : 2e-4f;
       const float tol = rel * std::max(1.0f, max_abs(ref));

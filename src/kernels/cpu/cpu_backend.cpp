@@ -22,6 +22,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/fill_impl.h"
 #include "kernels/route_impl.h"
 #include "kernels/sample_impl.h"
 #include "models/rope.h"
@@ -123,9 +124,13 @@ class CpuBackend final : public Backend {
 
   void kv_write(const PagedKV& kv, const float* k, int k_stride, const float* v, int v_stride,
                 const int32_t* slots, int64_t T) override {
+    auto put = [&](void* base, int width, const float* src, int64_t slot) {
+      if (kv.dtype == DType::F32) return (void)std::memcpy(static_cast<float*>(base) + slot * width, src, width * 4);
+      for (int i = 0; i < width; ++i) kv_store(base, kv.dtype, slot * width + i, src[i]);
+    };
     for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(kv.k + size_t(slots[t]) * kv.k_width, k + t * k_stride, kv.k_width * 4);
-      if (kv.v_width) std::memcpy(kv.v + size_t(slots[t]) * kv.v_width, v + t * v_stride, kv.v_width * 4);
+      put(kv.k, kv.k_width, k + t * k_stride, slots[t]);
+      if (kv.v_width) put(kv.v, kv.v_width, v + t * v_stride, slots[t]);
     }
   }
   void paged_attention(float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
@@ -169,6 +174,14 @@ class CpuBackend final : public Backend {
     run_pairs(slots, x, in_row, expert, n_pairs, w, xs, outs, w.has_shared() ? ts : 0);
   }
 
+  void fill_uniform(void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed) override {
+    const int code = fill_code(dtype);
+    MX_CHECK(code >= 0, "fill_uniform: {} is not a dtype it makes", dtype_name(dtype));
+    pool_.parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) fill_one(dst, code, uint64_t(i), lo, hi, seed);
+    });
+  }
+
   void argmax(int32_t* ids, const float* logits, int64_t rows, int vocab) override {
     for (int64_t r = 0; r < rows; ++r) {
       const float* l = logits + r * vocab;
@@ -205,15 +218,25 @@ class CpuBackend final : public Backend {
              a.n_kv_heads);
     const int nw = pool_.size(), bs = kv.block_size, qk = a.head_dim, vd = a.vd();
     const int group = a.n_heads / a.n_kv_heads;
-    const float* vbase = a.values_in_k ? kv.k : kv.v;
+    const void* vbase = a.values_in_k ? kv.k : kv.v;
     const int vw = a.values_in_k ? kv.k_width : kv.v_width;
     int max_ctx = 1;
     for (int64_t t = 0; t < T; ++t) max_ctx = std::max(max_ctx, pos[t] + 1);
     scores_.resize(size_t(nw) * max_ctx);
+    // A bf16 / fp8 cache row is widened to f32 in the worker's buffer first.
+    const bool wide = kv.dtype == DType::F32;
+    kv_rows_.resize(wide ? 0 : size_t(nw) * (qk + vd));
+    auto row = [&](const void* base, size_t at, int n, float* buf) -> const float* {
+      if (wide) return static_cast<const float*>(base) + at;
+      for (int i = 0; i < n; ++i) buf[i] = kv_load(base, kv.dtype, int64_t(at) + i);
+      return buf;
+    };
     const int64_t items = T * a.n_heads;
     pool_.parallel_for(nw, [&](int64_t wb, int64_t we) {
       for (int64_t w = wb; w < we; ++w) {
         float* sc = scores_.data() + w * max_ctx;
+        float* kbuf = wide ? nullptr : kv_rows_.data() + w * (qk + vd);
+        float* vbuf = wide ? nullptr : kbuf + qk;
         for (int64_t it = w; it < items; it += nw) {
           const int64_t t = it / a.n_heads;
           const int h = int(it % a.n_heads), g = h / group;
@@ -221,14 +244,14 @@ class CpuBackend final : public Backend {
           const int n_ctx = pos[t] + 1;
           const float* qh = q + t * q_stride + int64_t(h) * qk;
           for (int j = 0; j < n_ctx; ++j) {
-            const float* k = kv.k + (size_t(table[j / bs]) * bs + j % bs) * kv.k_width + size_t(g) * qk;
+            const float* k = row(kv.k, (size_t(table[j / bs]) * bs + j % bs) * kv.k_width + size_t(g) * qk, qk, kbuf);
             sc[j] = dot_f32(qh, k, qk) * a.scale;
           }
           softmax_inplace(sc, n_ctx);
           float* o = out + (t * a.n_heads + h) * vd;
           std::memset(o, 0, vd * sizeof(float));
           for (int j = 0; j < n_ctx; ++j) {
-            const float* v = vbase + (size_t(table[j / bs]) * bs + j % bs) * vw + size_t(g) * vd;
+            const float* v = row(vbase, (size_t(table[j / bs]) * bs + j % bs) * vw + size_t(g) * vd, vd, vbuf);
             axpy_f32(o, sc[j], v, vd);
           }
         }
@@ -327,7 +350,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool& pool_;
   Arena scratch_;
-  std::vector<float> scores_, slots_;
+  std::vector<float> scores_, slots_, kv_rows_;
   std::vector<int32_t> in_row_, offs_, order_;
   std::vector<int> items_, item_worker_;
 };

@@ -1,4 +1,5 @@
-// Attention over the paged KV cache (kernels/backend.h PagedKV), f32.
+// Attention over the paged KV cache (kernels/backend.h PagedKV): f32 math over
+// an f32, bf16 or fp8 cache (prefill: f32 only).
 //   decode: one block per (query token, head); its warps take the context
 //     positions round-robin, each keeping an online softmax (running max, sum
 //     and weighted V) over its positions, merged across warps at the end;
@@ -21,8 +22,10 @@ MX_DEVFN int64_t slot_of(const int32_t* table, int block_size, int p) {
 __global__ void kv_write_kernel(PagedKV kv, const float* k, int k_stride, const float* v, int v_stride,
                                 const int32_t* slots) {
   const int64_t t = blockIdx.x, s = slots[t];
-  for (int i = threadIdx.x; i < kv.k_width; i += blockDim.x) kv.k[s * kv.k_width + i] = k[t * k_stride + i];
-  for (int i = threadIdx.x; i < kv.v_width; i += blockDim.x) kv.v[s * kv.v_width + i] = v[t * v_stride + i];
+  for (int i = threadIdx.x; i < kv.k_width; i += blockDim.x)
+    kv_store(kv.k, kv.dtype, s * kv.k_width + i, k[t * k_stride + i]);
+  for (int i = threadIdx.x; i < kv.v_width; i += blockDim.x)
+    kv_store(kv.v, kv.dtype, s * kv.v_width + i, v[t * v_stride + i]);
 }
 
 constexpr int kDecodeThreads = 128;
@@ -54,11 +57,12 @@ __global__ void decode_kernel(float* out, const float* q, int q_stride, PagedKV 
     const int p = wid + it * kWarps;
     const bool active = p < n_ctx;
     const int64_t sl = active ? slot_of(table, kv.block_size, p) : 0;
-    const float* kp = kv.k + sl * kv.k_width + g * D;
-    const float* vp = a.values_in_k ? kv.k + sl * kv.k_width + g * Dv : kv.v + sl * kv.v_width + g * Dv;
+    const int64_t kp = sl * kv.k_width + g * D;  // element offsets into kv.k / the value base
+    const void* vbase = a.values_in_k ? kv.k : kv.v;
+    const int64_t vp = a.values_in_k ? sl * kv.k_width + g * Dv : sl * kv.v_width + g * Dv;
     float dot = 0.0f;
     if (active)
-      for (int d = lane; d < D; d += MX_WARP) dot += qs[d] * kp[d];
+      for (int d = lane; d < D; d += MX_WARP) dot += qs[d] * kv_load(kv.k, kv.dtype, kp + d);
     const float sc = warp_sum(dot);
     if (!active) continue;
     const float m_new = fmaxf(m, sc), alpha = expf(m - m_new), pw = expf(sc - m_new);
@@ -66,7 +70,7 @@ __global__ void decode_kernel(float* out, const float* q, int q_stride, PagedKV 
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {
       const int d = lane + j * MX_WARP;
-      if (d < Dv) acc[j] = acc[j] * alpha + pw * vp[d];
+      if (d < Dv) acc[j] = acc[j] * alpha + pw * kv_load(vbase, kv.dtype, vp + d);
     }
     m = m_new;
   }
@@ -122,8 +126,8 @@ __global__ void flash_kernel(float* out, const float* q, int q_stride, PagedKV k
       const int c = e / vec, d4 = (e % vec) * 4, p = kb + c;
       if (p <= last) {
         const int64_t sl = slot_of(table, kv.block_size, p);
-        mx_cp_async16(&ks[c][d4], kv.k + sl * kv.k_width + g * D + d4);
-        mx_cp_async16(&vs[c][d4], kv.v + sl * kv.v_width + g * D + d4);
+        mx_cp_async16(&ks[c][d4], static_cast<const float*>(kv.k) + sl * kv.k_width + g * D + d4);
+        mx_cp_async16(&vs[c][d4], static_cast<const float*>(kv.v) + sl * kv.v_width + g * D + d4);
       }
     }
     mx_cp_async_wait();
@@ -208,6 +212,7 @@ void launch_prefill_attention(gpuStream_t s, float* out, const float* q, int q_s
   if (n_q <= 0) return;
   check_attn(kv, a, kMaxHeadDim);
   if (a.v_dim || a.values_in_k) throw std::runtime_error("gpu prefill_attention: GQA heads only (no v_dim / values_in_k)");
+  if (kv.dtype != DType::F32) throw std::runtime_error("gpu prefill_attention: f32 KV cache only");
   if (reinterpret_cast<uintptr_t>(kv.k) % 16 || reinterpret_cast<uintptr_t>(kv.v) % 16)
     throw std::runtime_error("gpu attention: the KV cache must be 16-byte aligned");
   const unsigned heads = unsigned(a.n_heads);

@@ -147,6 +147,9 @@ class GpuBackend final : public Backend {
     matmul(y, g, w.shared_down, T);
     launch_add(stream_, out, y, T * D);
   }
+  void fill_uniform(void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed) override {
+    launch_fill_uniform(stream_, dst, dtype, n, lo, hi, seed);
+  }
   void argmax(int32_t* ids, const float* logits, int64_t rows, int vocab) override {
     launch_argmax(stream_, ids, logits, rows, vocab);
   }

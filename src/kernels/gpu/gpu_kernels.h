@@ -31,14 +31,7 @@ MX_DEVFN float e8m0(uint32_t e) {
   return e == 0xff ? mx_bits_to_float(0x7fc00000u) : ldexpf(1.0f, int(e) - 127);
 }
 // OCP FP8 E4M3 ("fn": no infinities, S.1111.111 is NaN).
-MX_DEVFN float fp8e4m3(uint32_t b) {
-  const uint32_t s = b & 0x80, e = (b >> 3) & 15, m = b & 7;
-  float v;
-  if (e == 15 && m == 7) v = mx_bits_to_float(0x7fc00000u);
-  else if (e == 0) v = ldexpf(float(m), -9);  // subnormal: m/8 * 2^-6
-  else v = ldexpf(float(8 + m), int(e) - 10);  // (1 + m/8) * 2^(e-7)
-  return s ? -v : v;
-}
+MX_DEVFN float fp8e4m3(uint32_t b) { return from_e4m3(uint8_t(b)); }
 
 // Weights W[row, i .. i+8) as f32; i % 8 == 0 and 8 <= in - i.
 template <WFmt F>
@@ -160,6 +153,7 @@ void launch_add(gpuStream_t s, float* x, const float* y, int64_t n);
 void launch_embed(gpuStream_t s, float* x, const DevWeight& table, const int32_t* ids, int64_t T);
 void launch_rope(gpuStream_t s, float* x, const int32_t* pos, int64_t T, int n_heads, int token_stride,
                  int head_stride, const RopeArgs& r);
+void launch_fill_uniform(gpuStream_t s, void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed);
 void launch_argmax(gpuStream_t s, int32_t* ids, const float* logits, int64_t rows, int vocab);
 void launch_sample(gpuStream_t s, int32_t* ids, const float* logits, int64_t rows, int vocab,
                    float temperature, uint64_t seed);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/gpu/gpu_kernels.h"
+#include "kernels/fill_impl.h"
 #include "kernels/sample_impl.h"
 
 namespace mx {
@@ -36,6 +37,11 @@ __global__ void silu_mul_kernel(float* y, const float* g, const float* u, int64_
     const float a = g[i];
     y[i] = a / (1.0f + expf(-a)) * u[i];
   }
+}
+
+__global__ void fill_kernel(void* dst, int code, int64_t n, float lo, float hi, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    fill_one(dst, code, uint64_t(i), lo, hi, seed);
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
@@ -133,6 +139,13 @@ void launch_add(gpuStream_t s, float* x, const float* y, int64_t n) {
   if (n <= 0) return;
   MX_LAUNCH(add_kernel, dim3(blocks_for(n)), dim3(kBlock), 0, s, x, y, n);
   MX_GPU_LAUNCHED("add_kernel");
+}
+void launch_fill_uniform(gpuStream_t s, void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed) {
+  const int code = fill_code(dtype);
+  if (code < 0) throw std::runtime_error("gpu fill_uniform: unsupported dtype");
+  if (n == 0) return;
+  MX_LAUNCH(fill_kernel, dim3(blocks_for(int64_t(n))), dim3(kBlock), 0, s, dst, code, int64_t(n), lo, hi, seed);
+  MX_GPU_LAUNCHED("fill_kernel");
 }
 void launch_embed(gpuStream_t s, float* x, const DevWeight& table, const int32_t* ids, int64_t T) {
   if (T <= 0) return;

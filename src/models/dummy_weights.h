@@ -1,0 +1,73 @@
+#pragma once
+// --load-format dummy (vLLM's name for it): a model from its config.json alone,
+// with random weights made where they live, so a GLM-4.5-Air- or
+// DeepSeek-V3-shaped stack can be served and benchmarked with no checkpoint.
+//
+// The weight binder (models/weight_binder.h) asks for every parameter by name,
+// shape and dtype as for a real checkpoint; in dummy mode each one it does not
+// find is made here and added to the (initially empty) TensorStore, in the
+// layout a checkpoint of that format has (MXFP4: Quark's U8 packed weight +
+// E8M0 weight_scale; FP8: F8_E4M3 weight + f32 weight_scale_inv), so the rest
+// of the loader, its checks included, runs unchanged.
+//
+// Where the values are made: a vector (norms, biases) always on the host (the
+// model reads them there); a matrix on a host-memory backend (the CPU) in host
+// memory at once, and on a device backend only when DeviceWeights places it:
+// until then its data and scales are placeholders (address space reserved with
+// no access), filled on the device by Backend::fill_uniform. Values are
+// uniform, drawn per element from (seed, name) by kernels/fill_impl.h, so a
+// dummy model is the same model on every backend: projections +-0.035 (std
+// 0.02, HF's initializer_range), norms 0.9..1.1, MXFP4 codes uniform with E8M0
+// scales 2^-8..2^-6, FP8 values +-1 with block scales 0.03..0.04.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/tensor_store.h"
+#include "kernels/backend.h"
+
+namespace mx {
+
+class DummyWeights {
+ public:
+  // The backend the model runs on; seed: --dummy-seed.
+  DummyWeights(Backend& backend, uint64_t seed);
+  ~DummyWeights();
+  DummyWeights(const DummyWeights&) = delete;
+  DummyWeights& operator=(const DummyWeights&) = delete;
+
+  // A tensor `name` of this dtype and shape with values in [lo, hi) (U8:
+  // integers in [lo, hi]), added to `store`.
+  void add(TensorStore& store, const std::string& name, DType dtype, const std::vector<int64_t>& shape, float lo,
+           float hi);
+  // Whether p is the placeholder of a tensor not made yet (device backends).
+  bool placeholder(const void* p) const;
+  // Makes the placeholder's tensor at dst (`backend` memory, its bytes).
+  void fill(Backend& backend, void* dst, const void* placeholder) const;
+  // t with its data and scales in host memory (made now when placeholders),
+  // for the host-side preparation some blocks do (MLA's absorption).
+  Tensor on_host(const Tensor& t);
+  size_t tensors() const { return specs_.size(); }
+
+ private:
+  struct Spec {
+    DType dtype;
+    size_t n;
+    float lo, hi;
+    uint64_t seed;
+  };
+  const Spec* find(const void* p) const;
+  const void* reserve_key();
+
+  Backend& backend_;
+  uint64_t seed_;
+  std::map<const void*, Spec> specs_;
+  std::vector<OwnedTensor> host_;
+  std::vector<std::pair<char*, size_t>> regions_;  // reserved, never accessible
+  size_t next_key_ = 0;
+};
+
+}  // namespace mx
