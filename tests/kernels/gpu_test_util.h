@@ -1,5 +1,6 @@
 #pragma once
-// The GPU backends a test can run on: compiled in and with a device (none in CI).
+// The GPU backends a test can run on: compiled in and with a device (in CI:
+// HIP on the HIP-CPU runtime).
 #include <string>
 #include <vector>
 
