@@ -7,9 +7,10 @@
 //   gemm       matmul at T = 512 (prefill): TFLOP/s
 // Weights rotate through enough copies to exceed the caches (the H200's L2 is
 // 60 MB). Prints figures; decides nothing.
-//   build/bench_backend [--backend cpu|cuda|hip] [--shape medium|dsv3] [--min-ms N]
+//   build/bench_backend [--backend cpu|cuda|hip] [--shape medium|dsv3|air] [--min-ms N]
 // --shape medium: the synthetic medium MoE's matrices (hidden 1024, expert 512,
-// 64 experts top-8); dsv3: DeepSeek-V3's (hidden 7168, expert 2048, 256 top-8).
+// 64 experts top-8); dsv3: DeepSeek-V3's (hidden 7168, expert 2048, 256 top-8);
+// air: GLM-4.5-Air's (hidden 4096, expert 1408, 128 top-8).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -132,12 +133,12 @@ int main(int argc, char** argv) {
     else if (a == "--shape" && i + 1 < argc) shape = argv[++i];
     else if (a == "--min-ms" && i + 1 < argc) min_ms = std::atof(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_backend [--backend cpu|cuda|hip] [--shape medium|dsv3] [--min-ms N]\n");
+      std::fprintf(stderr, "usage: bench_backend [--backend cpu|cuda|hip] [--shape medium|dsv3|air] [--min-ms N]\n");
       return 2;
     }
   }
-  if (shape != "medium" && shape != "dsv3") {
-    std::fprintf(stderr, "error: --shape is medium or dsv3\n");
+  if (shape != "medium" && shape != "dsv3" && shape != "air") {
+    std::fprintf(stderr, "error: --shape is medium, dsv3 or air\n");
     return 2;
   }
   try {
@@ -155,8 +156,8 @@ int main(int argc, char** argv) {
     const double copy_gbs = 2.0 * cb / tc / 1e9;
     std::printf("copy: %.1f GB/s (read + write, %.0f MiB)\n", copy_gbs, cb / 1048576.0);
 
-    const int D = shape == "dsv3" ? 7168 : 1024, H = shape == "dsv3" ? 2048 : 512, E = shape == "dsv3" ? 256 : 64,
-              K = 8;
+    const bool ds = shape == "dsv3", air = shape == "air";
+    const int D = ds ? 7168 : air ? 4096 : 1024, H = ds ? 2048 : air ? 1408 : 512, E = ds ? 256 : air ? 128 : 64, K = 8;
     // 2. GEMV over the attention / dense shapes and an expert's, every format.
     std::printf("\n%-8s %-13s %4s %10s %10s %8s\n", "format", "shape", "T", "us/call", "GB/s", "of copy");
     std::vector<DevBuffer> keep;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 9, prepared to run in one short call on a lent GPU
+# The GPU checks (issues 9 and 18), prepared to run in one short call on a lent GPU
 # machine (an H200 through the device tool), which starts bare and cannot
 # install packages: so the binaries are built here and travel.
 #
@@ -10,14 +10,20 @@
 #   tools/gpu-check.sh run       on the GPU machine, from gpu-check/: writes every
 #                                result to $OUT (default gpu-check/out):
 #     device.txt     nvidia-smi / rocm-smi
-#     tests.txt      every GPU op against the CPU backend (GpuBackend.*), and the
-#                    engine on the GPU against the CPU backend on 4 families (ModelOnBackends)
-#                    (BackendDecoderArch.Gpu*), with their max errors
+#     tests.txt      every GPU op against the CPU backend (GpuBackend.*), the engine
+#                    on the GPU against the CPU backend on 4 families with bf16/fp8 KV
+#                    (ModelOnBackends), dummy weights alike on both (DummyLoad), and
+#                    `serve --backend cuda` against `serve` on the CPU (ServeOnBackends)
 #     bench.txt      copy bandwidth (the roofline), GEMV / MoE GEMM bandwidth and
 #                    its fraction of the copy's, prefill GEMM (bench_backend), for
-#                    the medium synthetic MoE's and DeepSeek-V3's matrix shapes
+#                    the medium synthetic MoE's, GLM-4.5-Air's and DeepSeek-V3's shapes
 #     decode.txt     the medium synthetic GLM-4.5 MoE (bf16 and MXFP4): greedy tokens
-#                    on the GPU vs the native CPU engine, decode tok/s and GB/s
+#                    on the GPU vs the CPU backend, decode tok/s and GB/s
+#     air.txt        GLM-4.5-Air's shape with dummy weights (configs/glm-4.5-air,
+#                    --load-format dummy): MXFP4 (all 46 layers + MTP) and bf16 (16
+#                    layers, to fit one GPU): decode tok/s, then `mxserve serve
+#                    --backend cuda` under `mxserve bench` aa-single and
+#                    prefill-heavy (scaled down to fit the time)
 #     summary.txt    the lines that matter from all of the above
 # Device-tool call: run(command="tools/gpu-check.sh run", carry=["gpu-check"], timeout_s=540).
 # MXSERVE_GPU_BACKEND=cpu runs the same steps on the CPU backend with the small
@@ -51,8 +57,13 @@ run() {
   export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local bin=$DIR/bin
   [ -x "$bin/mxserve" ] || { echo "no $bin/mxserve: run tools/gpu-check.sh prepare first (and carry $DIR)"; exit 1; }
-  local preset=medium shape_list="medium dsv3" min_ms=300 ntok=256
-  if [ "$BACKEND" = cpu ]; then preset=small shape_list=medium min_ms=20 ntok=16; fi
+  local preset=medium shape_list="medium air dsv3" min_ms=300 ntok=256
+  # GLM-4.5-Air with dummy weights: layers per format (bf16's 46 layers would not fit one GPU), bench scale.
+  local air_mx='{}' air_bf='{"num_hidden_layers": 16}' scale=0.05 kv_blocks=4096
+  if [ "$BACKEND" = cpu ]; then
+    preset=small shape_list=medium min_ms=20 ntok=16
+    air_mx='{"num_hidden_layers": 2}' air_bf='{"num_hidden_layers": 1}' scale=0.005 kv_blocks=256
+  fi
   local models=/tmp/mxserve-gpu-check
   echo "gpu-check at $(cat $DIR/commit 2>/dev/null), backend $BACKEND, $(date -u +%FT%TZ)" | tee "$out/summary.txt"
 
@@ -60,7 +71,7 @@ run() {
   grep -m2 -E "H200|H100|MI3|Driver Version" "$out/device.txt" | tee -a "$out/summary.txt" || true
 
   # 1. Every op, and whole models, against the CPU backend.
-  "$bin/mxserve_tests" --gtest_filter='Backend.*:GpuBackend.*:*ModelOnBackends*' 2>&1 |
+  "$bin/mxserve_tests" --gtest_filter='Backend.*:GpuBackend.*:*ModelOnBackends*:DummyLoad.*:KvCacheDtype.*:ServeOnBackends.*' 2>&1 |
     grep -v "no tuned kernel config" >"$out/tests.txt" || true
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ gpu      \] (cuda|hip)" "$out/tests.txt" | sort -u | tee -a "$out/summary.txt"
 
@@ -89,18 +100,33 @@ run() {
       "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens "$ntok" --temperature 0 --ignore-eos \
         --backend "$BACKEND" 2>&1 | grep -v "^[0-9]"
     done
-    # The serving engine on the device, in process: both Artificial Analysis workloads, scaled down.
-    for w in aa-single prefill-heavy; do
-      echo "== mxfp4: mxserve bench --in-process --backend $BACKEND --workloads $w"
-      "$bin/mxserve" bench --in-process --model "$models/mxfp4" --backend "$BACKEND" --workloads "$w" \
-        --scale 0.05 --requests 8 --no-progress --out "$out/bench-$w" 2>&1 | tail -15 || true
-    done
   } >"$out/decode.txt" 2>&1 || echo "decode step failed (see decode.txt)" | tee -a "$out/summary.txt"
   # Tokens: the first line of ids after each "32 greedy tokens" header.
   awk '/32 greedy tokens/ {h=$0; getline; while ($0 !~ /^[0-9]/ && (getline) > 0) {} ; print h ": " substr($0, 1, 80)}' \
     "$out/decode.txt" | tee -a "$out/summary.txt"
   grep -E "^== |generated .* tok/s|GB/s of weights" "$out/decode.txt" | tee -a "$out/summary.txt" || true
   rm -rf "$models"
+
+  # 4. GLM-4.5-Air's shape, weights made on the device: decode speed, then the
+  # server under both Artificial Analysis workloads (scaled down).
+  {
+    local cfg=configs/glm-4.5-air
+    for fmt in mxfp4 bf16; do
+      local ov=$air_mx
+      [ $fmt = bf16 ] && ov=$air_bf
+      local load=(--model "$cfg" --load-format dummy --dummy-dtype "$fmt" --hf-overrides "$ov" --backend "$BACKEND")
+      echo "== air $fmt ($ov): --backend $BACKEND, $ntok tokens (decode speed)"
+      timeout 180 "$bin/mxserve" generate "${load[@]}" --prompt-ids "$(seq -s ' ' 1 64)" --max-tokens "$ntok" \
+        --temperature 0 --ignore-eos 2>&1 | grep -v "no tuned kernel config" | grep -v "^[0-9]" || echo "(failed)"
+      for w in aa-single prefill-heavy; do
+        echo "== air $fmt: mxserve serve --backend $BACKEND under mxserve bench --workload $w --scale $scale"
+        timeout 240 "$bin/mxserve" bench --launch-server "${load[@]}" --workload "$w" --scale "$scale" \
+          --requests 8 --serve-arg=--kv-blocks="$kv_blocks" --no-progress --out "$out/air-$fmt-$w" 2>&1 |
+          grep -v "no tuned kernel config" | tail -12 || echo "(failed)"
+      done
+    done
+  } >"$out/air.txt" 2>&1 || echo "air step failed (see air.txt)" | tee -a "$out/summary.txt"
+  grep -E "^== |generated .* tok/s|tok/s, |TTFT|failed" "$out/air.txt" | tee -a "$out/summary.txt" || true
 }
 
 case "${1:-}" in

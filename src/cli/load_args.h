@@ -28,6 +28,9 @@ inline void add_load_options(CLI::App* s, LoadOptions& lo) {
   s->add_option("--hf-overrides", lo.hf_overrides,
                 "With --load-format dummy: a JSON object whose keys replace config.json's, e.g. "
                 "'{\"num_hidden_layers\": 8}' for a shorter stack of the same layers");
+  s->add_flag("--gpu-graphs", lo.gpu_graphs,
+              "Replay decode steps as CUDA / HIP graphs (one per batch size and block-table bucket, captured on "
+              "first use; off by default until measured on a device; no effect on the CPU or HIP-CPU)");
   s->add_option("--mtp-head", lo.mtp_head,
                 "A trained MTP head (safetensors, nextn layout): added to a model without one, or replacing the "
                 "checkpoint's MTP tensors of the same names");
@@ -49,6 +52,7 @@ inline std::vector<std::string> load_option_args(const LoadOptions& lo) {
   if (lo.dummy_seed) v.insert(v.end(), {"--dummy-seed", std::to_string(lo.dummy_seed)});
   if (!lo.hf_overrides.empty()) v.insert(v.end(), {"--hf-overrides", lo.hf_overrides});
   if (!lo.mtp_head.empty()) v.insert(v.end(), {"--mtp-head", lo.mtp_head});
+  if (lo.gpu_graphs) v.push_back("--gpu-graphs");
   return v;
 }
 

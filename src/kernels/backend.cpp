@@ -2,6 +2,7 @@
 #include "kernels/backend.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 #include "kernels/gpu/gpu_backend.h"
@@ -71,7 +72,20 @@ int backend_device_count(const std::string& kind) {
   return 0;
 }
 
+namespace {
+std::map<std::string, BackendFactory>& registered() {
+  static std::map<std::string, BackendFactory> m;
+  return m;
+}
+}  // namespace
+
+void register_backend(const std::string& kind, BackendFactory make) {
+  MX_CHECK(kind != "cpu" && kind != "cuda" && kind != "hip", "backend kind '{}' is built in", kind);
+  registered()[kind] = std::move(make);
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& spec, ThreadPool* pool) {
+  if (auto it = registered().find(spec); it != registered().end()) return it->second(pool);
   const size_t colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
   int device = 0;

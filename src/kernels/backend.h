@@ -16,6 +16,7 @@
 // the GPU backend against it.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -211,6 +212,17 @@ class Backend {
   // [lo, hi); U8: uniform integers in [lo, hi] (E2M1 pairs, E8M0 scales).
   virtual void fill_uniform(void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed) = 0;
 
+  // Graphs (CUDA / HIP): capture_graph runs `body`, which enqueues ops on this
+  // backend, in capture mode: the ops are recorded, not run, and replay_graph(id)
+  // then runs them all in one launch, with the arguments they had (so every
+  // pointer they read must hold the new step's data by then). While capturing,
+  // `body` must not synchronize, allocate, free or copy to or from the host.
+  // Returns 0 where the backend has no graphs (the CPU, HIP-CPU): the caller
+  // then runs its ops as they come.
+  virtual uint64_t capture_graph(const std::function<void()>& body) { return 0; }
+  virtual void replay_graph(uint64_t id) {}
+  virtual void drop_graphs() {}  // every captured graph (their ids become invalid)
+
   // ids[r] = argmax of logits row r (the lowest index among equal maxima).
   virtual void argmax(int32_t* ids, const float* logits, int64_t rows, int vocab) = 0;
   // ids[r] drawn from softmax(logits[r] / temperature) (Gumbel-max over a
@@ -229,6 +241,11 @@ int backend_device_count(const std::string& kind);
 // backend runs on `pool` (null: the process-wide pool).
 class ThreadPool;
 std::unique_ptr<Backend> make_backend(const std::string& spec, ThreadPool* pool = nullptr);
+// A backend kind made by `make` (tests: a CPU backend that records graphs, so
+// the model's graph discipline is checked where no GPU is); make_backend(kind)
+// then returns it. The built-in kinds cannot be replaced.
+using BackendFactory = std::function<std::unique_ptr<Backend>(ThreadPool*)>;
+void register_backend(const std::string& kind, BackendFactory make);
 
 // Backend-memory buffer owned by value.
 class DevBuffer {
@@ -270,6 +287,7 @@ class DevArena {
   size_t mark() const { return used_; }
   void rewind(size_t m) { used_ = m; }
   size_t capacity() const { return buf_.bytes(); }
+  const void* base() const { return buf_.get(); }  // changes when reserve() grows
   template <class T = float>
   T* alloc(size_t n) {
     const size_t bytes = (n * sizeof(T) + 255) / 256 * 256;

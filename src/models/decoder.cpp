@@ -1,5 +1,7 @@
 #include "models/decoder.h"
 
+#include <bit>
+#include <cstdio>
 #include <cstring>
 
 #include "core/thread_pool.h"
@@ -116,6 +118,7 @@ void DecoderModel::finish(WeightBinder& wb, const LoadOptions& opts) {
   }
   dw_ = std::make_unique<DeviceWeights>(*backend_, dummy_.get());
   place(*dw_);
+  gpu_graphs_ = opts.gpu_graphs;
   arena_ = std::make_unique<DevArena>(*backend_);
   arena_->reserve(arena_bytes(opts.max_batch_tokens, 1, 64));
 }
@@ -196,6 +199,14 @@ ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
   const int T = int(batch.tokens.size()), S = int(batch.seqs.size()), R = int(batch.logit_rows.size());
   int max_blocks = 1;
   for (const auto& s : batch.seqs) max_blocks = std::max(max_blocks, int(s.kv->blocks.size()));
+  // A uniform batch (every sequence the same few new tokens, each with its
+  // logits: decode steps, draft steps and speculative verification) may run as
+  // a graph; its block tables then have a power-of-two stride (one graph per bucket).
+  graph_batch_ = gpu_graphs_ && R == T && T <= kMaxGraphTokens && T % S == 0 && T / S <= kMaxGraphTokensPerSeq;
+  for (const auto& s : batch.seqs) graph_batch_ = graph_batch_ && s.n_tokens == T / S;
+  n_tokens_per_seq_ = T / S;
+  if (graph_batch_) max_blocks = int(std::bit_ceil(unsigned(std::max(max_blocks, 8))));
+  table_stride_ = max_blocks;
   // Host image of [ids | pos | seq | slots | rows | tables], uploaded in one copy.
   h_meta_.assign(size_t(4) * T + R + size_t(S) * max_blocks, 0);
   int32_t* ids = h_meta_.data();
@@ -243,21 +254,25 @@ void DecoderModel::run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_laye
   arena_->rewind(mark);
 }
 
-void DecoderModel::project_rows(ForwardCtx& ctx, const float* x, int R, const float* norm, const DevWeight& head,
-                                float* logits) {
-  if (R == 0) return;
+float* DecoderModel::project_rows(ForwardCtx& ctx, const float* x, int R, const float* norm, const DevWeight& head) {
+  if (R == 0) return nullptr;
   Backend& b = *backend_;
   const int D = cfg_.hidden_size;
-  const int64_t V = cfg_.vocab_size, Vl = head.out;
   float* xr = ctx.arena.alloc(size_t(R) * D);
   DevWeight rows_of_x;  // x as an f32 table, gathered by the logit rows
   rows_of_x.out = ctx.n_tokens, rows_of_x.in = D, rows_of_x.data = const_cast<float*>(x);
   b.embed(xr, rows_of_x, d_rows_, R);
   if (norm) b.rmsnorm(xr, xr, norm, R, D, cfg_.rms_norm_eps);
-  float* out = ctx.arena.alloc(size_t(R) * Vl);
+  float* out = ctx.arena.alloc(size_t(R) * head.out);
   b.matmul(out, xr, head, R);
+  return out;
+}
+
+void DecoderModel::fetch_logits(const float* out, int R, int64_t Vl, float* logits) {
+  if (R == 0) return;
+  const int64_t V = cfg_.vocab_size;
   if (Vl == V) {
-    b.download(logits, out, size_t(R) * V * 4);
+    backend_->download(logits, out, size_t(R) * V * 4);
     return;
   }
   // Vocab-parallel (host memory): each rank computes its vocab rows (every logit
@@ -270,6 +285,42 @@ void DecoderModel::project_rows(ForwardCtx& ctx, const float* x, int R, const fl
       std::memcpy(logits + size_t(r) * V + size_t(p) * Vl, h_logits_.data() + (size_t(p) * R + r) * Vl, Vl * 4);
 }
 
+float* DecoderModel::run_steps(const ForwardCtx& ctx, int mtp_index, bool hidden,
+                               const std::function<float*()>& body) {
+  if (!graph_batch_) return body();
+  if (arena_->base() != graph_arena_) {  // the arena moved: every graph points into the old one
+    backend_->drop_graphs();
+    graphs_.clear();
+    graph_arena_ = arena_->base();
+  }
+  const PagedKV l0 = ctx.kv.layer(0);
+  const int S = ctx.n_tokens / n_tokens_per_seq_;
+  const GraphKey key{l0.k, l0.v, int(l0.dtype), ctx.n_tokens, S, table_stride_, mtp_index, hidden};
+  if (auto it = graphs_.find(key); it != graphs_.end()) {
+    backend_->replay_graph(it->second.id);
+    arena_->rewind(it->second.arena_end);  // as if the body had run
+    return it->second.out;
+  }
+  const size_t start = arena_->mark();
+  float* out = body();  // the warm-up: it runs, and sizes every workspace the capture will use
+  const size_t end = arena_->mark();
+  arena_->rewind(start);
+  Graph g;
+  g.arena_end = end;
+  try {
+    g.id = backend_->capture_graph([&] { g.out = body(); });
+    MX_CHECK(!g.id || (g.out == out && arena_->mark() == end), "the step's arena layout changed");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mxserve: graph capture of a %d-token step failed (%s): graphs off\n",
+                 ctx.n_tokens, e.what());
+    g.id = 0;
+  }
+  arena_->rewind(end);
+  if (g.id) graphs_[key] = g;
+  else gpu_graphs_ = false;  // a backend without graphs, or one whose capture failed: run eagerly from now on
+  return out;
+}
+
 void DecoderModel::forward(const Batch& batch, KVPool& kv, float* logits, float* hidden) {
   ForwardCtx ctx = begin(batch, kv);
   Backend& b = *backend_;
@@ -277,15 +328,15 @@ void DecoderModel::forward(const Batch& batch, KVPool& kv, float* logits, float*
   float* x = arena_->alloc(size_t(T) * D);
   float* xn = arena_->alloc(size_t(T) * D);
   float* tmp = arena_->alloc(size_t(T) * D);
-  b.embed(x, d_embed_, d_ids_, T);
-  for (int l = 0; l < cfg_.num_hidden_layers; ++l) run_layer(ctx, layers[l], l, x, xn, tmp);
-  if (hidden) {
+  float* out = run_steps(ctx, -1, hidden != nullptr, [&] {
+    b.embed(x, d_embed_, d_ids_, T);
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) run_layer(ctx, layers[l], l, x, xn, tmp);
+    if (!hidden) return project_rows(ctx, x, R, d_final_norm_, d_lm_head_);
     b.rmsnorm(xn, x, d_final_norm_, T, D, cfg_.rms_norm_eps);
-    project_rows(ctx, xn, R, nullptr, d_lm_head_, logits);
-    b.download(hidden, xn, size_t(T) * D * 4);
-  } else {
-    project_rows(ctx, x, R, d_final_norm_, d_lm_head_, logits);
-  }
+    return project_rows(ctx, xn, R, nullptr, d_lm_head_);
+  });
+  fetch_logits(out, R, d_lm_head_.out, logits);
+  if (hidden) b.download(hidden, xn, size_t(T) * D * 4);
   for (const auto& s : batch.seqs) s.kv->n_tokens = std::max(s.kv->n_tokens, s.start_pos + s.n_tokens);
 }
 
@@ -303,25 +354,25 @@ void DecoderModel::forward_mtp(int i, const Batch& batch, KVPool& kv, const floa
   float* x = arena_->alloc(size_t(T) * D);
   float* xn = arena_->alloc(size_t(T) * D);
   float* tmp = arena_->alloc(size_t(T) * D);
-  b.embed(e, m.d_embed, d_ids_, T);
-  b.rmsnorm(e, e, m.d_enorm, T, D, eps);
   b.upload(h, prev_hidden, size_t(T) * D * 4);
-  b.rmsnorm(h, h, m.d_hnorm, T, D, eps);
-  // Order [enorm(embed), hnorm(hidden)]: vLLM deepseek_mtp.py / sglang glm4_moe_nextn.py.
-  b.copy_rows(cat, 2 * D, e, D, T, D);
-  b.copy_rows(cat + D, 2 * D, h, D, T, D);
-  b.matmul(x, cat, m.d_eh_proj, T);
-  run_layer(ctx, m.block, cfg_.num_hidden_layers + i, x, xn, tmp);
-  if (hidden_out) {
+  float* out = run_steps(ctx, i, hidden_out != nullptr, [&] {
+    b.embed(e, m.d_embed, d_ids_, T);
+    b.rmsnorm(e, e, m.d_enorm, T, D, eps);
+    b.rmsnorm(h, h, m.d_hnorm, T, D, eps);
+    // Order [enorm(embed), hnorm(hidden)]: vLLM deepseek_mtp.py / sglang glm4_moe_nextn.py.
+    b.copy_rows(cat, 2 * D, e, D, T, D);
+    b.copy_rows(cat + D, 2 * D, h, D, T, D);
+    b.matmul(x, cat, m.d_eh_proj, T);
+    run_layer(ctx, m.block, cfg_.num_hidden_layers + i, x, xn, tmp);
+    if (!hidden_out) return project_rows(ctx, x, R, m.d_head_norm, m.d_head);
     // The chained draft step consumes the state after shared_head.norm, as the
     // first step consumes the target's after model.norm (sglang deepseek_nextn.py
     // returns the normed state to its EAGLE worker).
     b.rmsnorm(xn, x, m.d_head_norm, T, D, eps);
-    project_rows(ctx, xn, R, nullptr, m.d_head, logits);
-    b.download(hidden_out, xn, size_t(T) * D * 4);
-  } else {
-    project_rows(ctx, x, R, m.d_head_norm, m.d_head, logits);
-  }
+    return project_rows(ctx, xn, R, nullptr, m.d_head);
+  });
+  fetch_logits(out, R, m.d_head.out, logits);
+  if (hidden_out) b.download(hidden_out, xn, size_t(T) * D * 4);
 }
 
 }  // namespace mx

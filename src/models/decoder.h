@@ -4,6 +4,8 @@
 // layers (DeepSeek-V3 / GLM-4.5 nextn). Family files (llama.cpp, glm4_moe.cpp,
 // deepseek_v3.cpp, qwen3_moe.cpp) bind the weights and choose the blocks; this
 // file runs them.
+#include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -74,9 +76,16 @@ class DecoderModel final : public Model {
   void run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn, float* tmp);
   size_t arena_bytes(int T, int R, size_t table_ints) const;
   ThreadPool& pool() const;
-  // logits (host) [R] = head(norm(x[logit rows])), gathering vocab slices under tensor parallel.
-  void project_rows(ForwardCtx& ctx, const float* x, int R, const float* norm, const DevWeight& head,
-                    float* logits);
+  // Backend logits [R, head.out] = head(norm(x[logit rows])); fetch_logits copies
+  // them to the host [R, vocab], gathering vocab slices under tensor parallel.
+  float* project_rows(ForwardCtx& ctx, const float* x, int R, const float* norm, const DevWeight& head);
+  void fetch_logits(const float* out, int R, int64_t rows_vocab, float* logits);
+  // Runs `body` (the ops of one forward after begin(), returning the backend
+  // logits) as it comes, or through a graph (LoadOptions::gpu_graphs): a
+  // uniform batch's shape (begin()) is run once eagerly (the warm-up, which also grows
+  // every workspace it needs), then captured; later steps of that shape replay
+  // the graph, reading the metadata begin() uploaded to the same arena addresses.
+  float* run_steps(const ForwardCtx& ctx, int mtp_index, bool hidden, const std::function<float*()>& body);
 
   ModelConfig cfg_;
   std::shared_ptr<TensorStore> store_;
@@ -90,6 +99,24 @@ class DecoderModel final : public Model {
   std::unique_ptr<DevArena> arena_;
   DevWeight d_embed_, d_lm_head_;
   const float* d_final_norm_ = nullptr;
+  // Graphs: what a captured step needs to be replayed, by batch shape.
+  struct GraphKey {
+    const void *k, *v;  // the KV pool's layer-0 storage (its pointers are in the graph)
+    int dtype, T, S, table_stride, mtp_index, hidden;
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  struct Graph {
+    uint64_t id = 0;
+    float* out = nullptr;    // the logits the captured body wrote
+    size_t arena_end = 0;    // the arena mark after it
+  };
+  static constexpr int kMaxGraphTokens = 64;       // larger batches run eagerly
+  static constexpr int kMaxGraphTokensPerSeq = 9;  // decode (1), verification of up to 8 drafts
+  bool gpu_graphs_ = false;
+  bool graph_batch_ = false;   // begin(): this batch may run as a graph
+  int table_stride_ = 0, n_tokens_per_seq_ = 1;
+  const void* graph_arena_ = nullptr;
+  std::map<GraphKey, Graph> graphs_;
   // The current batch's metadata, built on the host, uploaded by begin().
   std::vector<int32_t> h_meta_;
   const int32_t *d_ids_ = nullptr, *d_rows_ = nullptr;

@@ -90,6 +90,10 @@ struct LoadOptions {
   // dummy: a JSON object whose top-level keys replace config.json's (vLLM's
   // --hf-overrides), e.g. {"num_hidden_layers": 8} for a shorter stack.
   std::string hf_overrides;
+  // CUDA / HIP graphs of decode steps (--gpu-graphs; models/decoder.h): each
+  // decode-only batch shape is run once as it comes, captured, and replayed
+  // after that. No effect on backends without graphs (the CPU, HIP-CPU).
+  bool gpu_graphs = false;
 };
 
 // A checkpoint read but not yet bound to a model: its config and tensors.

@@ -33,6 +33,7 @@ class GpuBackend final : public Backend {
     isa_ = arch_isa(prop_);
   }
   ~GpuBackend() override {
+    drop_graphs();
     for (void* p : ws_)
       if (p) (void)gpuFree(p);
     (void)gpuStreamDestroy(stream_);
@@ -56,27 +57,34 @@ class GpuBackend final : public Backend {
   Isa isa() const override { return isa_; }
 
   void* alloc(size_t bytes) override {
+    no_capture("alloc");
     void* p = nullptr;
     MX_GPU_CHECK(gpuMalloc(&p, std::max<size_t>(bytes, 256)));
     return p;
   }
   void free(void* p) override {
     if (!p) return;
+    no_capture("free");
     synchronize();  // queued work may still use it
     MX_GPU_CHECK(gpuFree(p));
   }
   void upload(void* dst, const void* src, size_t n) override {
+    no_capture("upload");
     MX_GPU_CHECK(gpuMemcpyAsync(dst, src, n, gpuMemcpyHostToDevice, stream_));
     synchronize();  // src is the caller's pageable memory
   }
   void download(void* dst, const void* src, size_t n) override {
+    no_capture("download");
     MX_GPU_CHECK(gpuMemcpyAsync(dst, src, n, gpuMemcpyDeviceToHost, stream_));
     synchronize();
   }
   void copy(void* dst, const void* src, size_t n) override {
     MX_GPU_CHECK(gpuMemcpyAsync(dst, src, n, gpuMemcpyDeviceToDevice, stream_));
   }
-  void synchronize() override { MX_GPU_CHECK(gpuStreamSynchronize(stream_)); }
+  void synchronize() override {
+    no_capture("synchronize");
+    MX_GPU_CHECK(gpuStreamSynchronize(stream_));
+  }
 
   void matmul_with_config(float* y, const float* x, const DevWeight& w, int64_t T,
                           const KernelConfig& cfg) override {
@@ -158,7 +166,48 @@ class GpuBackend final : public Backend {
     launch_sample(stream_, ids, logits, rows, vocab, temperature, seed);
   }
 
+#if defined(MX_GPU_GRAPHS)
+  uint64_t capture_graph(const std::function<void()>& body) override {
+    gpuGraph_t g = nullptr;
+    MX_GPU_CHECK(gpuStreamBeginCapture(stream_, gpuStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    try {
+      body();
+      capturing_ = false;
+    } catch (...) {
+      capturing_ = false;
+      (void)gpuStreamEndCapture(stream_, &g);  // leave capture mode before the error goes on
+      if (g) (void)gpuGraphDestroy(g);
+      (void)gpuGetLastError();
+      throw;
+    }
+    MX_GPU_CHECK(gpuStreamEndCapture(stream_, &g));
+    gpuGraphExec_t e = nullptr;
+    const gpuError_t err = gpuGraphInstantiateWithFlags(&e, g, 0);
+    (void)gpuGraphDestroy(g);
+    MX_GPU_CHECK(err);
+    graphs_.push_back(e);
+    return graphs_.size();
+  }
+  void replay_graph(uint64_t id) override {
+    if (id == 0 || id > graphs_.size() || !graphs_[id - 1]) throw std::runtime_error("gpu replay_graph: unknown graph");
+    MX_GPU_CHECK(gpuGraphLaunch(graphs_[id - 1], stream_));
+  }
+  void drop_graphs() override {
+    if (graphs_.empty()) return;
+    (void)gpuStreamSynchronize(stream_);
+    for (gpuGraphExec_t& e : graphs_)
+      if (e) (void)gpuGraphExecDestroy(e);
+    graphs_.clear();
+  }
+#endif
+
  private:
+  // What a graph cannot hold (capture_graph's contract): a clear error, and the
+  // caller runs the step without a graph.
+  void no_capture(const char* what) const {
+    if (capturing_) throw std::runtime_error(std::string("gpu: ") + what + " while capturing a graph");
+  }
   // The experts of one projection as one stack: they must be contiguous (the
   // model uploads them so, models/weights.h).
   static DevWeight stack(const std::vector<DevWeight>& v) {
@@ -192,6 +241,10 @@ class GpuBackend final : public Backend {
   gpuStream_t stream_{};
   Isa isa_ = Isa::Sm90;
   void* ws_[2] = {nullptr, nullptr};  // 0: head_matmul / shared expert, 1: moe_ffn
+  bool capturing_ = false;
+#if defined(MX_GPU_GRAPHS)
+  std::vector<gpuGraphExec_t> graphs_;  // id i is graphs_[i - 1]
+#endif
   size_t ws_bytes_[2] = {0, 0};
 };
 

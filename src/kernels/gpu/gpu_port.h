@@ -11,6 +11,8 @@
 //   shared memory    kMaxSmemStatic: the static limit every target allows (48 KiB;
 //                    AMD LDS is 64 KiB, so the common bound is NVIDIA's)
 //   atomics          atomicAdd on int / float exists on both with the same meaning
+//   graphs           MX_GPU_GRAPHS and gpuGraph*: stream capture, instantiate,
+//                    launch (CUDA and ROCm HIP; not HIP-CPU, which has none)
 // Nothing CUDA-only is called outside this file without a guard.
 #include <cstdint>
 #include <stdexcept>
@@ -47,6 +49,18 @@
 #define gpuEventSynchronize hipEventSynchronize
 #define gpuEventElapsedTime hipEventElapsedTime
 #define gpuEventDestroy hipEventDestroy
+#if !defined(MX_GPU_HIP_CPU)  // HIP-CPU has no graph API
+#define MX_GPU_GRAPHS 1
+#define gpuGraph_t hipGraph_t
+#define gpuGraphExec_t hipGraphExec_t
+#define gpuStreamBeginCapture hipStreamBeginCapture
+#define gpuStreamEndCapture hipStreamEndCapture
+#define gpuStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define gpuGraphInstantiateWithFlags hipGraphInstantiateWithFlags
+#define gpuGraphLaunch hipGraphLaunch
+#define gpuGraphDestroy hipGraphDestroy
+#define gpuGraphExecDestroy hipGraphExecDestroy
+#endif
 #define MX_LAUNCH(kernel, grid, block, smem, stream, ...) \
   hipLaunchKernelGGL(kernel, grid, block, smem, stream, __VA_ARGS__)
 #else
@@ -78,6 +92,16 @@
 #define gpuEventSynchronize cudaEventSynchronize
 #define gpuEventElapsedTime cudaEventElapsedTime
 #define gpuEventDestroy cudaEventDestroy
+#define MX_GPU_GRAPHS 1
+#define gpuGraph_t cudaGraph_t
+#define gpuGraphExec_t cudaGraphExec_t
+#define gpuStreamBeginCapture cudaStreamBeginCapture
+#define gpuStreamEndCapture cudaStreamEndCapture
+#define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
+#define gpuGraphInstantiateWithFlags cudaGraphInstantiateWithFlags
+#define gpuGraphLaunch cudaGraphLaunch
+#define gpuGraphDestroy cudaGraphDestroy
+#define gpuGraphExecDestroy cudaGraphExecDestroy
 #define MX_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
 #endif
 // Kernel launches go through MX_LAUNCH (HIP's launch macro takes what CUDA's
