@@ -18,10 +18,11 @@
 #                    its fraction of the copy's, prefill GEMM (bench_backend), for
 #                    the medium synthetic MoE's, GLM-4.5-Air's and DeepSeek-V3's shapes
 #     decode.txt     the medium synthetic GLM-4.5 MoE (bf16 and MXFP4): greedy tokens
-#                    on the GPU vs the CPU backend, decode tok/s and GB/s
+#                    on the GPU (with and without --gpu-graphs) vs the CPU backend,
+#                    decode tok/s and GB/s with and without graphs
 #     air.txt        GLM-4.5-Air's shape with dummy weights (configs/glm-4.5-air,
 #                    --load-format dummy): MXFP4 (all 46 layers + MTP) and bf16 (16
-#                    layers, to fit one GPU): decode tok/s, then `mxserve serve
+#                    layers, to fit one GPU): decode tok/s (eager, graphs), then `mxserve serve
 #                    --backend cuda` under `mxserve bench` aa-single and
 #                    prefill-heavy (scaled down to fit the time)
 #     summary.txt    the lines that matter from all of the above
@@ -96,9 +97,14 @@ run() {
       "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens 32 --temperature 0 2>&1
       echo "== $fmt: --backend $BACKEND, 32 greedy tokens"
       "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens 32 --temperature 0 --backend "$BACKEND" 2>&1
-      echo "== $fmt: --backend $BACKEND, $ntok tokens (decode speed)"
-      "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens "$ntok" --temperature 0 --ignore-eos \
-        --backend "$BACKEND" 2>&1 | grep -v "^[0-9]"
+      echo "== $fmt: --backend $BACKEND --gpu-graphs, 32 greedy tokens"
+      "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens 32 --temperature 0 --backend "$BACKEND" \
+        --gpu-graphs 2>&1
+      for g in "" --gpu-graphs; do
+        echo "== $fmt: --backend $BACKEND $g, $ntok tokens (decode speed)"
+        "$bin/mxserve" generate --model "$m" --prompt-ids "$prompt" --max-tokens "$ntok" --temperature 0 --ignore-eos \
+          --backend "$BACKEND" $g 2>&1 | grep -v "^[0-9]"
+      done
     done
   } >"$out/decode.txt" 2>&1 || echo "decode step failed (see decode.txt)" | tee -a "$out/summary.txt"
   # Tokens: the first line of ids after each "32 greedy tokens" header.
@@ -115,9 +121,11 @@ run() {
       local ov=$air_mx
       [ $fmt = bf16 ] && ov=$air_bf
       local load=(--model "$cfg" --load-format dummy --dummy-dtype "$fmt" --hf-overrides "$ov" --backend "$BACKEND")
-      echo "== air $fmt ($ov): --backend $BACKEND, $ntok tokens (decode speed)"
-      timeout 180 "$bin/mxserve" generate "${load[@]}" --prompt-ids "$(seq -s ' ' 1 64)" --max-tokens "$ntok" \
-        --temperature 0 --ignore-eos 2>&1 | grep -v "no tuned kernel config" | grep -v "^[0-9]" || echo "(failed)"
+      for g in "" --gpu-graphs; do
+        echo "== air $fmt ($ov): --backend $BACKEND $g, $ntok tokens (decode speed)"
+        timeout 180 "$bin/mxserve" generate "${load[@]}" --prompt-ids "$(seq -s ' ' 1 64)" --max-tokens "$ntok" \
+          --temperature 0 --ignore-eos $g 2>&1 | grep -v "no tuned kernel config" | grep -v "^[0-9]" || echo "(failed)"
+      done
       for w in aa-single prefill-heavy; do
         echo "== air $fmt: mxserve serve --backend $BACKEND under mxserve bench --workload $w --scale $scale"
         timeout 240 "$bin/mxserve" bench --launch-server "${load[@]}" --workload "$w" --scale "$scale" \

@@ -42,40 +42,36 @@ std::vector<std::vector<int32_t>> serve_and_ask(const std::string& model, const 
   return ask_16(server.port());
 }
 
+// The CPU server's answers, then each GPU backend's, which must be the same.
+void expect_servers_agree(const std::string& model, const std::vector<std::string>& extra = {}) {
+  const auto want = serve_and_ask(model, "cpu", extra);
+  for (int r = 0; r < 16; ++r) ASSERT_EQ(want[r].size(), 10u) << "request " << r;
+  for (const auto& g : gpu_backends()) {
+    const auto got = serve_and_ask(model, g, extra);
+    for (int r = 0; r < 16; ++r) EXPECT_EQ(got[r], want[r]) << g << " request " << r;
+  }
+}
+
 TEST(ServeOnBackends, GpuServerAnswersAsTheCpuServer) {
-  const auto gpus = gpu_backends();
-  if (gpus.empty()) GTEST_SKIP() << "no GPU backend with a device in this build (CI builds HIP-CPU)";
+  if (gpu_backends().empty()) GTEST_SKIP() << "no GPU backend with a device in this build (CI builds HIP-CPU)";
   TempDir dir;
   mx::SyntheticSpec s;
   s.arch = "glm4_moe";
   s.dtype = mx::DType::F32;
   mx::write_synthetic_model(dir.path().string(), s);
-  const auto want = serve_and_ask(dir.path().string(), "cpu");
-  for (const auto& g : gpus) {
-    const auto got = serve_and_ask(dir.path().string(), g);
-    for (int r = 0; r < 16; ++r) {
-      ASSERT_EQ(want[r].size(), 10u) << "request " << r;
-      EXPECT_EQ(got[r], want[r]) << g << " request " << r;
-    }
-  }
+  expect_servers_agree(dir.path().string());
 }
 
 TEST(ServeOnBackends, DummyWeightsServeTheSameModelOnEveryBackend) {
   // --load-format dummy from config.json alone: the weights are drawn on each
   // backend by the same generator, so the servers answer alike.
-  const auto gpus = gpu_backends();
-  if (gpus.empty()) GTEST_SKIP() << "no GPU backend with a device in this build (CI builds HIP-CPU)";
+  if (gpu_backends().empty()) GTEST_SKIP() << "no GPU backend with a device in this build (CI builds HIP-CPU)";
   TempDir dir;
   mx::SyntheticSpec s;
   s.arch = "deepseek_v3";
   mx::write_synthetic_model(dir.path().string(), s);
-  const std::string cfg = (dir.path() / "config.json").string();
-  const std::vector<std::string> dummy = {"--load-format", "dummy", "--dummy-dtype", "f32", "--dummy-seed", "5"};
-  const auto want = serve_and_ask(cfg, "cpu", dummy);
-  for (const auto& g : gpus) {
-    const auto got = serve_and_ask(cfg, g, dummy);
-    for (int r = 0; r < 16; ++r) EXPECT_EQ(got[r], want[r]) << g << " request " << r;
-  }
+  expect_servers_agree((dir.path() / "config.json").string(),
+                       {"--load-format", "dummy", "--dummy-dtype", "f32", "--dummy-seed", "5"});
 }
 
 }  // namespace
