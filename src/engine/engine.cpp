@@ -286,7 +286,16 @@ bool Engine::step() {
     }
   }
   if (batch_.tokens.empty()) return !waiting_.empty();
-  model_->forward(batch_, *pool_, logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
+  done_.clear();
+  try {
+    model_->forward(batch_, *pool_, logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
+  } catch (const std::exception& e) {
+    // The step's requests fail with the error; the engine and every other request go on.
+    for (Request* r : in_batch) done_.emplace_back(r, std::string("error: the forward pass failed: ") + e.what());
+    finish_done(in_batch);
+    publish_metrics(0, 0);
+    return true;
+  }
   uint64_t computed_prompt = 0;
   for (size_t i = 0; i < in_batch.size(); ++i) {
     Request* r = in_batch[i];
@@ -299,13 +308,25 @@ bool Engine::step() {
       r->prompt_cached = true;
     }
   }
-  done_.clear();
   uint64_t generated = 0, rounds = 0, drafted = 0, accepted = 0;
   for (const LogitOwner& o : logit_owner_) {
     Request* r = o.r;
     const float* lg = logits_.data() + size_t(o.first_row) * V;
+    if (!all_finite(lg, size_t(o.drafts + 1) * V)) {
+      // A NaN in the weights or activations (e.g. one poisoned embedding row):
+      // this request fails with an error, the server goes on.
+      done_.emplace_back(r, "error: the model's logits for this request are NaN or infinite");
+      continue;
+    }
     if (o.drafts == 0) {
-      emit_token(*r, r->sampler->sample(lg, r->generated), lg);
+      int32_t tok;
+      try {
+        tok = r->sampler->sample(lg, r->generated);
+      } catch (const std::exception& e) {
+        done_.emplace_back(r, std::string("error: ") + e.what());
+        continue;
+      }
+      emit_token(*r, tok, lg);
       ++generated;
       continue;
     }
@@ -329,13 +350,16 @@ bool Engine::step() {
     if (opts_.spec.adaptive)
       r->spec_k = a == o.drafts ? std::min(opts_.spec.steps, r->spec_k + 1) : std::max(1, a);
   }
-  for (const auto& [r, reason] : done_) {
-    auto it = std::find_if(running_.begin(), running_.end(), [r = r](auto& p) { return p.get() == r; });
-    finish(**it, reason);
-    running_.erase(it);
-    std::replace(in_batch.begin(), in_batch.end(), r, static_cast<Request*>(nullptr));
+  finish_done(in_batch);
+  if (drafter_) {
+    try {
+      draft_next(in_batch);
+    } catch (const std::exception& e) {
+      for (Request* r : in_batch)
+        if (r) done_.emplace_back(r, std::string("error: drafting failed: ") + e.what());
+      finish_done(in_batch);
+    }
   }
-  if (drafter_) draft_next(in_batch);
   publish_metrics(computed_prompt, generated);
   std::lock_guard<std::mutex> lk(mu_);
   ++metrics_.steps;
@@ -343,6 +367,24 @@ bool Engine::step() {
   metrics_.spec_draft_tokens += drafted;
   metrics_.spec_accepted_tokens += accepted;
   return true;
+}
+
+bool Engine::all_finite(const float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i]) && !(std::isinf(v[i]) && v[i] < 0)) return false;  // -inf is a masked logit
+  return true;
+}
+
+// Finishes the requests in done_ (this step's) and clears their in_batch entries.
+void Engine::finish_done(std::vector<Request*>& in_batch) {
+  for (const auto& [r, reason] : done_) {
+    auto it = std::find_if(running_.begin(), running_.end(), [r = r](auto& p) { return p.get() == r; });
+    if (it == running_.end()) continue;  // listed twice
+    finish(**it, reason);
+    running_.erase(it);
+    std::replace(in_batch.begin(), in_batch.end(), r, static_cast<Request*>(nullptr));
+  }
+  done_.clear();
 }
 
 // Gives every sequence that advanced this step (finished ones are null) its

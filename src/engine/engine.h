@@ -98,6 +98,8 @@ class Engine {
   void admit();
   bool reserve_or_preempt(Request& r, int n_tokens, const std::vector<Request*>& in_batch);
   void finish(Request& r, const std::string& reason);
+  void finish_done(std::vector<Request*>& in_batch);
+  static bool all_finite(const float* v, size_t n);  // no NaN, no +inf
   void release_kv(Request& r);
   void publish_metrics(uint64_t computed_prompt, uint64_t generated);
   // Appends token tok (sampled from logits lg) to r and sends its event; false
@@ -128,7 +130,7 @@ class Engine {
   };
   std::vector<Request*> in_batch_;                      // reused by step()
   std::vector<LogitOwner> logit_owner_;
-  std::vector<std::pair<Request*, const char*>> done_;  // finished this step, with reason
+  std::vector<std::pair<Request*, std::string>> done_;  // finished this step, with reason
   std::vector<float> logits_, hidden_;
   std::unique_ptr<Drafter> drafter_;
   std::vector<SpecSeq> spec_seqs_;

@@ -59,17 +59,20 @@ MX_HD inline void route_token(const float* logits, int E, int k, bool sigmoid, c
     for (int e = 0; e < E; ++e) sum += (score[e] = expf(logits[e] - mx));
     for (int e = 0; e < E; ++e) choice[e] = score[e] = float(score[e] / sum);
   }
-  // Top-k by choice (ties to the lower id): k selection passes; a chosen entry
-  // is marked by setting its choice to NaN, which no comparison selects.
+  // NaN router logits (a NaN in the weights or the activations) must still
+  // give k valid expert ids: a NaN choice ranks below every number. The
+  // output is then NaN, and the engine fails that request with an error.
+  for (int e = 0; e < E; ++e)
+    if (choice[e] != choice[e]) choice[e] = -INFINITY;
+  // Top-k by choice (ties to the lower id): k selection passes over the experts not taken.
+  bool taken[kMaxRouteExperts];
+  for (int e = 0; e < E; ++e) taken[e] = false;
   for (int i = 0; i < k; ++i) {
     int best = -1;
-    for (int e = 0; e < E; ++e) {
-      const float c = choice[e];
-      if (c != c) continue;  // taken
-      if (best < 0 || c > choice[best]) best = e;
-    }
+    for (int e = 0; e < E; ++e)
+      if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
     idx[i] = best;
-    choice[best] = NAN;
+    taken[best] = true;
   }
   for (int i = 1; i < k; ++i)  // ascending ids: the fixed combine order
     for (int j = i; j > 0 && idx[j - 1] > idx[j]; --j) {
