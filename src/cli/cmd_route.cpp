@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cli/access_args.h"
 #include "cli/commands.h"
 #include "server/dp_proxy.h"
 
@@ -17,6 +18,7 @@ Command add_route(CLI::App& app) {
   auto* s = app.add_subcommand("route", "Data-parallel router: cache-aware load balancing over mxserve serve replicas");
   auto o = std::make_shared<server::RouterServerOptions>();
   auto round_robin = std::make_shared<bool>(false);
+  auto access = std::make_shared<AccessArgs>();
   o->route.block_size = 64;  // text prompts route on bytes: about 16 tokens
   s->add_option("--replica", o->replicas, "Replica base URL (repeat), e.g. http://10.0.0.2:8001")->required();
   s->add_option("--host", o->host, "Address to listen on")->capture_default_str();
@@ -30,7 +32,9 @@ Command add_route(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   s->add_flag("--round-robin", *round_robin, "Ignore prefixes: plain round-robin (the baseline)");
-  return {s, [o, round_robin] {
+  access->add(s);  // the client's Authorization header is passed on to the replicas
+  return {s, [o, round_robin, access] {
+            o->access = access->get(o->host);
             sigset_t sigs;
             sigemptyset(&sigs);
             sigaddset(&sigs, SIGINT);

@@ -4,11 +4,13 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/access_args.h"
 #include "cli/load_args.h"
 #include "cli/parallel_args.h"
 #include "cli/spec_args.h"
@@ -28,6 +30,7 @@ namespace {
 struct ServeArgs {
   std::string model, tokenizer, served_name;
   LoadOptions load;
+  AccessArgs access;
   std::string host = "127.0.0.1";
   int port = 8000;
   int threads = 0;
@@ -50,6 +53,18 @@ std::string default_name(const std::string& path) {
   if (p.extension() == ".bin") name = p.stem().string();
   return name.empty() ? "model" : name;
 }
+// While the first SIGINT / SIGTERM drains in-flight requests, a second one
+// quits at once (as vLLM's and llama.cpp's servers do).
+void quit_on_second_signal(sigset_t sigs) {
+  std::thread([sigs] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "mxserve: second %s: exiting without waiting for in-flight requests\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM");
+    std::_Exit(128 + sig);
+  }).detach();
+}
+
 server::ServerOptions server_options(const ServeArgs& a) {
   server::ServerOptions so;
   so.host = a.host;
@@ -58,6 +73,7 @@ server::ServerOptions server_options(const ServeArgs& a) {
   so.max_body_bytes = size_t(a.max_body_mb) << 20;
   so.kv_block_size = a.engine.block_size;
   so.limits = a.limits;
+  so.access = a.access.get(a.host);
   if (std::filesystem::is_directory(a.model)) so.model_dir = a.model;
   so.http_threads = a.http_threads ? a.http_threads : std::min(1024, a.engine.max_running + a.engine.max_queue + 8);
   return so;
@@ -82,12 +98,14 @@ int serve_data_parallel(ServeArgs& a, sigset_t& sigs, const Tokenizer* tok, cons
   ro.route.block_size = a.engine.block_size;
   ro.route.cache_aware = !a.dp_round_robin;
   ro.http_threads = base.http_threads;
+  ro.access = base.access;
   for (auto& r : reps) {
     auto model = load_parallel_model(a.model, a.par, a.load);
     r.engine = std::make_unique<Engine>(std::move(model), a.engine);
     server::ServerOptions so = base;
     so.host = "127.0.0.1";
     so.port = 0;
+    so.access.api_keys.clear();  // loopback replicas: the router checks the keys
     r.http = std::make_unique<server::HttpServer>(*r.engine, tok, so);
     ro.replicas.push_back("http://127.0.0.1:" + std::to_string(r.http->bind()));
     r.engine->start();
@@ -98,6 +116,7 @@ int serve_data_parallel(ServeArgs& a, sigset_t& sigs, const Tokenizer* tok, cons
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&sigs, &sig);
+    quit_on_second_signal(sigs);
     router.shutdown();
   });
   std::fprintf(stderr, "mxserve: serving '%s' on http://%s:%d: %d data-parallel replicas, %s router\n",
@@ -152,6 +171,7 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str();
   a->spec.add(s);
   add_load_options(s, a->load);
+  a->access.add(s);
   s->add_option("--max-tokens-limit", a->limits.max_tokens,
                 "Largest max_tokens a request may ask for (larger: 400; 0: the context)")
       ->check(CLI::Range(0, 1 << 30))
@@ -205,6 +225,7 @@ Command add_serve(CLI::App& app) {
               int sig = 0;
               sigwait(&sigs, &sig);
               signalled = true;
+              quit_on_second_signal(sigs);
               std::fprintf(stderr, "mxserve: %s: finishing %d in-flight request(s) (at most %d s)\n",
                            sig == SIGINT ? "SIGINT" : "SIGTERM", http.in_flight(), a->shutdown_timeout);
               http.shutdown(std::chrono::seconds(a->shutdown_timeout));

@@ -79,9 +79,13 @@ struct RouterServer::Impl {
     const int r = router.pick(units);
     ++routed[r];
     res.set_header("X-Mxserve-Replica", std::to_string(r));
+    // The client's key goes on to replicas that check their own (remote `serve --api-key`).
+    const std::string auth = req.get_header_value("Authorization");
     if (!stream) {
       auto c = client(r);
-      auto up = c->Post(req.path, req.body, "application/json");
+      httplib::Headers h;
+      if (!auth.empty()) h.emplace("Authorization", auth);
+      auto up = c->Post(req.path, h, req.body, "application/json");
       router.done(r);
       if (!up) return error_json(res, 502, "replica " + opts.replicas[r] + " unreachable: " + httplib::to_string(up.error()), "server_error");
       res.status = up->status;
@@ -93,13 +97,14 @@ struct RouterServer::Impl {
     const std::string path = req.path, body = req.body;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, r, path, body](size_t, httplib::DataSink& sink) {
+        [this, r, path, body, auth](size_t, httplib::DataSink& sink) {
           auto c = client(r);
           httplib::Request up;
           up.method = "POST";
           up.path = path;
           up.body = body;
           up.set_header("Content-Type", "application/json");
+          if (!auth.empty()) up.set_header("Authorization", auth);
           up.content_receiver = [&sink](const char* d, size_t n, uint64_t, uint64_t) { return sink.write(d, n); };
           httplib::Response ur;
           httplib::Error err = httplib::Error::Success;
@@ -120,6 +125,12 @@ RouterServer::RouterServer(RouterServerOptions opts) : impl_(std::make_unique<Im
   const int threads = I->opts.http_threads;
   I->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   auto fwd = [I](const httplib::Request& q, httplib::Response& s) { I->forward(q, s); };
+  I->http.set_pre_routing_handler([I](const httplib::Request& q, httplib::Response& s) {
+    static const std::vector<Route> routes = {{"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
+                                              {"GET", "/v1/models"}, {"GET", "/health"}, {"GET", "/router/stats"}};
+    return reject_request(q, s, I->opts.access, routes) ? httplib::Server::HandlerResponse::Handled
+                                                        : httplib::Server::HandlerResponse::Unhandled;
+  });
   I->http.Post("/v1/completions", fwd);
   I->http.Post("/v1/chat/completions", fwd);
   I->http.Get("/v1/models", [I](const httplib::Request&, httplib::Response& s) {

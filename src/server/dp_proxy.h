@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "parallel/dp_router.h"
+#include "server/access.h"
 
 namespace mx::server {
 
@@ -27,6 +28,7 @@ struct RouterServerOptions {
   RouterOptions route;                // block_size counts routing units (ids or bytes)
   int http_threads = 64;
   int timeout_seconds = 600;          // per forwarded request
+  AccessOptions access;               // --api-key, checked here (the replicas behind are loopback-only)
 };
 
 class RouterServer {

@@ -481,6 +481,13 @@ struct HttpServer::Impl {
       listen_fd = int(sock);
     });
     svr.set_tcp_nodelay(true);  // SSE chunks are small writes: no Nagle delay (40 ms per chunk with delayed ACKs)
+    svr.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& r) {
+      static const std::vector<Route> routes = {{"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
+                                                {"GET", "/v1/models"},       {"GET", "/v1/models/*"},
+                                                {"GET", "/health"},          {"GET", "/metrics"}};
+      return reject_request(q, r, opts.access, routes) ? httplib::Server::HandlerResponse::Handled
+                                                       : httplib::Server::HandlerResponse::Unhandled;
+    });
     svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) {
       handle_generate(q, r, ApiKind::Completion);
     });

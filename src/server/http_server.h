@@ -4,9 +4,11 @@
 // Routes
 //   POST /v1/completions, POST /v1/chat/completions  (openai_api.h; SSE when "stream")
 //   GET  /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (metrics.h)
-// Errors are OpenAI's {"error": {...}}: 400 bad JSON or parameter, 404 unknown
-// model or route, 413 body over max_body_bytes, 429 engine queue full (with
-// Retry-After), 503 while shutting down, 500 for anything unexpected.
+// Errors are OpenAI's {"error": {...}}: 400 bad JSON or parameter, 401 without
+// a valid API key (--api-key), 404 unknown model or route, 405 wrong method,
+// 413 body over max_body_bytes, 415 a POST that is not application/json, 429
+// engine queue full (with Retry-After), 503 while shutting down, 500 for
+// anything unexpected.
 //
 // Streaming: "data: <chunk JSON>\n\n" per chunk, "data: [DONE]\n\n" last. A
 // chunk is sent when a choice has new text (UTF-8-complete, past any possible
@@ -29,6 +31,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/access.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 
@@ -50,6 +53,7 @@ struct ServerOptions {
   int keepalive_seconds = 10;  // SSE comment after this long without a chunk
   int kv_block_size = 16;      // EngineOptions::block_size (to know the KV capacity per sequence)
   ApiLimits limits;            // per-request bounds (openai_api.h)
+  AccessOptions access;        // --api-key (access.h: also 405 and 415 for every route)
 };
 
 class HttpServer {

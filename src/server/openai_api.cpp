@@ -102,6 +102,8 @@ double get_number(const json& b, const char* key, double def) {
 int64_t get_int(const json& b, const char* key, int64_t def) {
   if (!has(b, key)) return def;
   const json& v = b[key];
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    throw ApiError(400, fmt::format("'{}' = {} is too large", key, v.get<uint64_t>()), key);
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {  // 16.0 is an integer too
     const double d = v.get<double>();

@@ -87,6 +87,7 @@ class TestServer {
     std::string name = "test-model";
     int http_threads = 96;
     mx::server::ApiLimits limits;
+    mx::server::AccessOptions access;
   };
   TestServer(const std::string& model_path, const Options& o) {
     // One compute thread: the engine, HTTP and client threads already share the
@@ -101,6 +102,7 @@ class TestServer {
     so.served_model_name = o.name;
     so.http_threads = o.http_threads;
     so.limits = o.limits;
+    so.access = o.access;
     so.kv_block_size = o.engine.block_size;
     http_ = std::make_unique<mx::server::HttpServer>(*engine_, tok_.get(), so);
     port_ = http_->bind();
@@ -133,13 +135,15 @@ struct HttpResult {
 };
 
 inline HttpResult http_request(int port, const std::string& method, const std::string& path,
-                               const std::string& body = "", const std::string& content_type = "application/json") {
+                               const std::string& body = "", const std::string& content_type = "application/json",
+                               const httplib::Headers& headers = {}) {
   httplib::Client cli("127.0.0.1", port);
   cli.set_connection_timeout(30);
   cli.set_read_timeout(120);
   cli.set_write_timeout(30);
   HttpResult r;
-  httplib::Result res = method == "GET" ? cli.Get(path.c_str()) : cli.Post(path.c_str(), body, content_type.c_str());
+  httplib::Result res = method == "GET" ? cli.Get(path.c_str(), headers)
+                                         : cli.Post(path.c_str(), headers, body, content_type.c_str());
   if (!res) return r;
   r.status = res->status;
   r.body = res->body;

@@ -476,12 +476,15 @@ TEST_F(TextServer, ClientDisconnectMidStreamCancelsTheRequest) {
 }
 
 // The real binary: SIGTERM lets the in-flight stream finish, refuses new work, exits 0.
-TEST_F(TextServer, SigtermDrainsInFlightRequestsAndExitsZero) {
-  TempDir d;
-  const std::string log = d / "serve.log";
+// `mxserve serve --model M ...` as a child process on a free port (its stderr in log).
+struct Spawned {
+  pid_t pid = 0;
+  int port = 0;
+};
+Spawned spawn_serve(const std::vector<std::string>& extra, const std::string& log) {
   const std::string bin = mxserve();
-  std::vector<std::string> args = {bin, "serve", "--model", model_dir(), "--port", "0", "--served-model-name", "m",
-                                   "--threads", "1"};
+  std::vector<std::string> args = {bin, "serve", "--port", "0", "--served-model-name", "m", "--threads", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -489,21 +492,42 @@ TEST_F(TextServer, SigtermDrainsInFlightRequestsAndExitsZero) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ), 0);
+  Spawned sp;
+  EXPECT_EQ(posix_spawn(&sp.pid, bin.c_str(), &fa, nullptr, argv.data(), environ), 0);
   posix_spawn_file_actions_destroy(&fa);
-  int port = 0;
-  for (int i = 0; i < 300 && !port; ++i) {
+  for (int i = 0; i < 300 && !sp.port; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const std::string t = slurp(log);
     const size_t at = t.find("http://127.0.0.1:");
-    if (at != std::string::npos && t.find(" (", at) != std::string::npos) port = std::stoi(t.substr(at + 17));
+    if (at != std::string::npos && t.find(" (", at) != std::string::npos) sp.port = std::stoi(t.substr(at + 17));
   }
-  if (!port) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-    FAIL() << "server did not start: " << slurp(log);
+  if (!sp.port) {
+    kill(sp.pid, SIGKILL);
+    waitpid(sp.pid, nullptr, 0);
+    ADD_FAILURE() << "server did not start: " << slurp(log);
   }
+  return sp;
+}
+
+// Waits up to `seconds` for pid to exit; its wait status, or -1 (then it is killed).
+int wait_exit(pid_t pid, double seconds) {
+  int st = 0;
+  for (int i = 0; i < int(seconds * 50); ++i) {
+    if (waitpid(pid, &st, WNOHANG) == pid) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return -1;
+}
+
+TEST_F(TextServer, SigtermDrainsInFlightRequestsAndExitsZero) {
+  TempDir d;
+  const std::string log = d / "serve.log";
+  const Spawned sp = spawn_serve({"--model", model_dir()}, log);
+  if (!sp.port) return;
+  const pid_t pid = sp.pid;
+  const int port = sp.port;
   std::atomic<bool> signalled{false};
   int during_drain = 0;
   auto s = post_stream(port, "/v1/completions",
@@ -523,16 +547,37 @@ TEST_F(TextServer, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_EQ(j.ids.size(), 600u);
   EXPECT_EQ(j.finish, "length");
   EXPECT_EQ(during_drain, 503);
-  int st = 0;
-  pid_t w = 0;
-  for (int i = 0; i < 500 && (w = waitpid(pid, &st, WNOHANG)) == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  if (w == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    FAIL() << "server did not exit after SIGTERM: " << slurp(log);
-  }
+  const int st = wait_exit(pid, 10);
+  ASSERT_NE(st, -1) << "server did not exit after SIGTERM: " << slurp(log);
   ASSERT_TRUE(WIFEXITED(st)) << slurp(log);
   EXPECT_EQ(WEXITSTATUS(st), 0) << slurp(log);
   EXPECT_NE(slurp(log).find("SIGTERM"), std::string::npos);
+}
+
+TEST_F(TextServer, SecondSigtermQuitsWithoutWaitingForTheDrain) {
+  TempDir d;
+  const std::string log = d / "serve.log";
+  const Spawned sp = spawn_serve({"--model", model_dir(), "--shutdown-timeout", "600"}, log);
+  if (!sp.port) return;
+  std::atomic<bool> signalled{false};
+  std::thread client([&] {
+    post_stream(sp.port, "/v1/completions",
+                {{"model", "m"}, {"prompt", {1, 2, 3}}, {"max_tokens", 2000}, {"ignore_eos", true},
+                 {"stream", true}, {"temperature", 0}},
+                [&](const json&) {
+                  if (!signalled.exchange(true)) {
+                    kill(sp.pid, SIGTERM);  // the drain would wait for all 2000 tokens
+                    for (int k = 0; k < 400 && http_request(sp.port, "GET", "/health").status == 200; ++k)
+                      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                    kill(sp.pid, SIGTERM);
+                  }
+                  return true;
+                });
+  });
+  const int st = wait_exit(sp.pid, 20);
+  client.join();
+  ASSERT_NE(st, -1) << "a second SIGTERM did not end the server: " << slurp(log);
+  ASSERT_TRUE(WIFEXITED(st)) << slurp(log);
+  EXPECT_EQ(WEXITSTATUS(st), 128 + SIGTERM) << slurp(log);
+  EXPECT_NE(slurp(log).find("second SIGTERM"), std::string::npos) << slurp(log);
 }
