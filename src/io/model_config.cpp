@@ -259,6 +259,25 @@ void ModelConfig::validate() const {
   pos(head_dim, "head_dim");
   pos(vocab_size, "vocab_size");
   pos(max_position_embeddings, "max_position_embeddings");
+  // Upper bounds far above every released model (DeepSeek-V3: 61 layers, hidden
+  // 7168, 256 experts; Llama 3.1 405B: 126 layers, hidden 16384; the largest
+  // vocabularies ~260k; contexts up to 10M), checked before anything is
+  // allocated from them: an absurd config is a clear error, not gigabytes of
+  // bookkeeping or a bare std::bad_alloc.
+  auto at_most = [](int64_t v, int64_t cap, const char* n) {
+    MX_CHECK(v <= cap, "config: {} = {} is larger than mxserve supports ({} at most)", n, v, cap);
+  };
+  at_most(num_hidden_layers, 1024, "num_hidden_layers");
+  at_most(hidden_size, 1 << 17, "hidden_size");
+  at_most(intermediate_size, 1 << 20, "intermediate_size");
+  at_most(num_attention_heads, 4096, "num_attention_heads");
+  at_most(head_dim, 4096, "head_dim");
+  at_most(vocab_size, 1 << 23, "vocab_size");
+  at_most(max_position_embeddings, 1 << 24, "max_position_embeddings");
+  at_most(int64_t(num_attention_heads) * head_dim, 1 << 18, "num_attention_heads * head_dim");
+  at_most(moe.n_routed_experts, 1024, "the number of routed experts");
+  at_most(moe.moe_intermediate_size, 1 << 20, "moe_intermediate_size");
+  at_most(moe.n_shared_experts, 64, "n_shared_experts");
   MX_CHECK(num_attention_heads % num_key_value_heads == 0,
            "config: num_attention_heads {} is not a multiple of num_key_value_heads {}",
            num_attention_heads, num_key_value_heads);
@@ -293,6 +312,10 @@ void ModelConfig::validate() const {
     const MlaConfig& a = mla_cfg;
     MX_CHECK(a.kv_lora_rank > 0 && a.qk_nope_head_dim > 0 && a.qk_rope_head_dim > 0 && a.v_head_dim > 0,
              "config: MLA dims must be positive");
+    MX_CHECK(a.kv_lora_rank <= (1 << 14) && a.q_lora_rank <= (1 << 16) && a.qk_nope_head_dim <= 4096 &&
+                 a.qk_rope_head_dim <= 4096 && a.v_head_dim <= 4096,
+             "config: MLA dims (kv_lora_rank {}, q_lora_rank {}, head dims {}/{}/{}) are larger than mxserve supports",
+             a.kv_lora_rank, a.q_lora_rank, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim);
   }
 }
 

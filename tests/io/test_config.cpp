@@ -103,3 +103,32 @@ TEST(Config, RejectsWhatItCannotRunWithoutGuessing) {
   j["vocab_size"] = -3;
   expect_error(j, "out of range");
 }
+
+// Absurd sizes are refused before anything is sized from them (issue 21,
+// finding 7: 1e7 layers grew to 11 GB; a 2^30 context ended in std::bad_alloc).
+TEST(Config, AbsurdSizesAreAClearErrorNamingTheField) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{
+           {"num_hidden_layers", 10000000},
+           {"num_hidden_layers", int64_t(1) << 30},
+           {"max_position_embeddings", int64_t(1) << 30},
+           {"hidden_size", int64_t(1) << 20},
+           {"vocab_size", int64_t(1) << 30},
+           {"intermediate_size", int64_t(1) << 28}}) {
+    json j = llama();
+    j[key] = value;
+    expect_error(j, (key + " = ").c_str());
+  }
+  json j = llama();
+  j["architectures"] = {"Qwen3MoeForCausalLM"};
+  j["num_experts"] = 100000;
+  j["num_experts_per_tok"] = 8;
+  j["moe_intermediate_size"] = 768;
+  expect_error(j, "routed experts");
+  // The largest released shapes still load.
+  j = llama();
+  j["num_hidden_layers"] = 126;
+  j["hidden_size"] = 16384;
+  j["num_attention_heads"] = 128;
+  j["max_position_embeddings"] = 10485760;
+  EXPECT_NO_THROW(parse_hf_config(j));
+}
