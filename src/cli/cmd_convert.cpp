@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "core/atomic_output.h"
 #include "io/gguf_model.h"
 #include "io/model_tokenizer.h"
 #include "models/model.h"
@@ -23,7 +24,10 @@ Command add_convert(CLI::App& app) {
   s->add_option("--tokenizer", *tokenizer,
                 "A SentencePiece-style tokenizer to write into the GGUF (e.g. llama2.c's tok512.bin) for a model "
                 "without tokenizer.json; default: a llama2.c checkpoint's own tokenizer file beside it");
+  auto force = std::make_shared<bool>(false);
+  s->add_flag("--force", *force, "Replace an existing --out file (never the input)");
   return {s, [=] {
+            check_output_target(*out, *force, *in);
             const Checkpoint ck = load_checkpoint(*in);
             // A tokenizer.json (byte-level BPE) in the model directory is written as it is; otherwise
             // a SentencePiece-style tokenizer file, given or found beside a llama2.c checkpoint.

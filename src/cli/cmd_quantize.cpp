@@ -38,12 +38,15 @@ Command add_quantize(CLI::App& app) {
   auto measure = std::make_shared<bool>(false);
   auto qa = std::make_shared<QualityArgs>();
   s->add_option("--model", *in, "Input model (HF directory or llama2.c .bin)")->required();
-  s->add_option("--out", *out, "Output directory")->required();
+  s->add_option("--out", *out, "Output directory (written beside it as OUT.tmp-XXXXXX, then renamed into place)")
+      ->required();
   s->add_option("--format", *format, "mxfp4 | fp8")->required()->check(CLI::IsMember({"mxfp4", "fp8"}));
   s->add_option("--exclude", o->exclude,
                 "Keep matching Linear layers unquantized: exact name, glob, or re:REGEX (repeatable)");
   s->add_flag("--no-default-excludes", *no_defaults, "Also quantize router gates, lm_head and MTP layers");
   s->add_flag("--strict", o->strict, "An exclude pattern that matches nothing is an error");
+  s->add_flag("--force", o->force,
+              "Replace an existing --out directory (swapped in only once the new output is complete; never the input)");
   s->add_flag("--scale-search", *search, "MXFP4: pick each block's scale minimising its error");
   s->add_flag("--measure", *measure, "Measure quality against the input (as mxserve eval) and write OUT/quality.json");
   qa->add(s);

@@ -1,5 +1,7 @@
 #include "io/gguf_writer.h"
 
+#include "core/atomic_output.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -115,11 +117,13 @@ void GgufWriter::write(const std::string& path) const {
   }
   head.resize(align_up(head.size(), alignment_), 0);
 
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-  if (!f) fail("cannot create {}", tmp);
+  // A unique temporary beside the target, renamed into place once complete
+  // (core/atomic_output.h): two converts to one path never interleave.
+  AtomicFile f(path);
+  std::vector<uint8_t> out;
   auto write_all = [&](const uint8_t* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, f.get()) != n) fail("{}: write failed (disk full?)", tmp);
+    out.insert(out.end(), p, p + n);
+    if (out.size() >= (size_t(64) << 20)) f.write(out.data(), out.size()), out.clear();
   };
   write_all(head.data(), head.size());
   std::vector<uint8_t> buf;
@@ -133,10 +137,8 @@ void GgufWriter::write(const std::string& path) const {
     write_all(buf.data(), buf.size());
     pos = t.offset + t.nbytes;
   }
-  if (std::fclose(f.release()) != 0) fail("{}: write failed", tmp);
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("cannot rename {} to {}: {}", tmp, path, ec.message());
+  f.write(out.data(), out.size());
+  f.commit();
 }
 
 }  // namespace mx

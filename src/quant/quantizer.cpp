@@ -1,5 +1,7 @@
 #include "quant/quantizer.h"
 
+#include "core/atomic_output.h"
+
 #include <cmath>
 #include <deque>
 #include <filesystem>
@@ -84,6 +86,7 @@ json dense_config_json(const ModelConfig& c) {
 QuantizeReport quantize_checkpoint(const std::string& in, const std::string& out_dir,
                                    const QuantizeOptions& opts) {
   MX_CHECK(opts.method != QuantMethod::None, "quantize: no format given");
+  check_output_target(out_dir, opts.force, in);
   Checkpoint ck = load_checkpoint(in);
   MX_CHECK(ck.config.quant.method == QuantMethod::None, "{} is already quantized ({})", in,
            ck.config.quant.method_name());
@@ -152,7 +155,8 @@ QuantizeReport quantize_checkpoint(const std::string& in, const std::string& out
   }
   for (const auto& nt : out) rep.bytes_out += nt.t.nbytes();
 
-  fs::create_directories(out_dir);
+  AtomicDir dir(out_dir);
+  const std::string& tmp = dir.path();
   json cfg;
   if (!ck.hf_dir.empty()) {
     std::ifstream cin(fs::path(ck.hf_dir) / "config.json");
@@ -162,16 +166,19 @@ QuantizeReport quantize_checkpoint(const std::string& in, const std::string& out
       const std::string fn = e.path().filename().string();
       if (e.is_regular_file() && e.path().extension() != ".safetensors" && fn != "config.json" &&
           fn != "model.safetensors.index.json")
-        fs::copy_file(e.path(), fs::path(out_dir) / fn, fs::copy_options::overwrite_existing);
+        fs::copy_file(e.path(), fs::path(tmp) / fn, fs::copy_options::overwrite_existing);
     }
   } else {
     cfg = dense_config_json(ck.config);
   }
   cfg["quantization_config"] = quant_config_json(qc);
-  write_safetensors_sharded(out_dir, out, opts.max_shard_bytes, {{"format", "pt"}});
-  std::ofstream cout(fs::path(out_dir) / "config.json");
-  cout << cfg.dump(2) << "\n";
-  MX_CHECK(bool(cout), "cannot write {}/config.json", out_dir);
+  write_safetensors_sharded(tmp, out, opts.max_shard_bytes, {{"format", "pt"}});
+  {
+    std::ofstream cout(fs::path(tmp) / "config.json");
+    cout << cfg.dump(2) << "\n";
+    MX_CHECK(bool(cout.flush()), "cannot write {}/config.json", out_dir);
+  }
+  dir.commit();
   return rep;
 }
 

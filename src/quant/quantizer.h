@@ -17,6 +17,7 @@ struct QuantizeOptions {
   bool strict = false;               // a pattern that matches nothing is an error
   mxfp4::ScaleRule scale_rule = mxfp4::ScaleRule::Spec;
   size_t max_shard_bytes = size_t(2) << 30;
+  bool force = false;  // replace an existing output directory (never the input)
 };
 
 struct QuantizeReport {
@@ -27,6 +28,8 @@ struct QuantizeReport {
 };
 
 
+// Writes out_dir atomically (core/atomic_output.h): complete, or the previous
+// output untouched. An existing out_dir needs opts.force; the input never.
 QuantizeReport quantize_checkpoint(const std::string& in, const std::string& out_dir,
                                    const QuantizeOptions& opts);
 
