@@ -2971,14 +2971,19 @@ ModelChatTemplate load_chat_template(const std::string& model_dir) {
 
 std::string apply_chat_template(const std::string& model_dir, const nlohmann::ordered_json& messages,
                                 bool add_generation_prompt, const nlohmann::ordered_json& extra_context) {
+  const ModelChatTemplate m = load_chat_template(model_dir);
+  return apply_chat_template(m, messages, add_generation_prompt, extra_context);
+}
+
+std::string apply_chat_template(const ModelChatTemplate& m, const nlohmann::ordered_json& messages,
+                                bool add_generation_prompt, const nlohmann::ordered_json& extra_context) {
   if (!messages.is_array()) fail("apply_chat_template: messages must be a JSON array");
   if (!extra_context.is_null() && !extra_context.is_object())
     fail("apply_chat_template: the extra context must be a JSON object");
-  ModelChatTemplate m = load_chat_template(model_dir);
   if (extra_context.is_object() && extra_context.contains("tools")) {
     const auto& tools = extra_context["tools"];
     if (!tools.is_null() && !(tools.is_array() && tools.empty()) && !m.tmpl.uses_variable("tools"))
-      fail("{}: the chat template does not support tools (it never reads 'tools'), but tools were given", model_dir);
+      fail("the chat template does not support tools (it never reads 'tools'), but tools were given");
   }
   nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
   for (const auto& msg : messages) {

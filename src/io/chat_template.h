@@ -85,5 +85,9 @@ std::string apply_chat_template(const std::string& model_dir, const nlohmann::js
 // `tools` is an mx::Error.
 std::string apply_chat_template(const std::string& model_dir, const nlohmann::ordered_json& messages,
                                 bool add_generation_prompt, const nlohmann::ordered_json& extra_context);
+// With a template loaded before (a server loads it once, at startup); its
+// errors name no file.
+std::string apply_chat_template(const ModelChatTemplate& tmpl, const nlohmann::ordered_json& messages,
+                                bool add_generation_prompt, const nlohmann::ordered_json& extra_context = {});
 
 }  // namespace mx

@@ -135,6 +135,13 @@ struct HttpServer::Impl {
     ctx.tokenizer = tok;
     ctx.served_model_name = opts.served_model_name;
     ctx.model_dir = opts.model_dir;
+    if (tok)
+      for (size_t id = 0; id < tok->vocab_size; ++id)
+        ctx.max_token_bytes = std::max(ctx.max_token_bytes, tok->token_piece(int32_t(id), true).size());
+    // Read once: a template changed or broken on disk later does not change a
+    // running server, and a broken one is a startup error.
+    if (!opts.model_dir.empty() && has_chat_template(opts.model_dir))
+      ctx.chat_template = std::make_shared<const ModelChatTemplate>(load_chat_template(opts.model_dir));
     ctx.context_length = int(c.max_position_embeddings);
     ctx.limits = opts.limits;
     ctx.kv_capacity = int(std::min<int64_t>(int64_t(engine.metrics().kv_blocks_total) * opts.kv_block_size,

@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/sampling.h"
+#include "io/chat_template.h"
 
 namespace mx {
 class Tokenizer;
@@ -61,6 +63,13 @@ struct ApiContext {
   std::string served_model_name;
   int context_length = 0;  // the model's max positions
   std::string model_dir;   // passed to render_chat (ChatTemplateOptions::model_dir)
+  // The model's chat template, loaded once when the server starts (null: none;
+  // render_chat's fallback format then).
+  std::shared_ptr<const ModelChatTemplate> chat_template;
+  // The most text bytes one token stands for (the longest piece, specials
+  // included): a text prompt of B bytes is at least B / (2 * this) tokens, so
+  // one that cannot fit is refused before it is tokenized (0: unknown).
+  size_t max_token_bytes = 0;
   int kv_capacity = 0;     // tokens one sequence can hold in the KV cache (0: unknown); defaults are cut to it
   ApiLimits limits;
 };

@@ -89,7 +89,8 @@ class TestServer {
     mx::server::ApiLimits limits;
     mx::server::AccessOptions access;
   };
-  TestServer(const std::string& model_path, const Options& o) {
+  // model_dir: the directory whose chat template the server loads ("" for none).
+  TestServer(const std::string& model_path, const Options& o, const std::string& model_dir = "") {
     // One compute thread: the engine, HTTP and client threads already share the
     // 2 cores, and a spinning pool worker would fight them (outputs do not depend
     // on the thread count). No effect if the process's pool already exists.
@@ -103,6 +104,7 @@ class TestServer {
     so.http_threads = o.http_threads;
     so.limits = o.limits;
     so.access = o.access;
+    so.model_dir = model_dir;
     so.kv_block_size = o.engine.block_size;
     http_ = std::make_unique<mx::server::HttpServer>(*engine_, tok_.get(), so);
     port_ = http_->bind();
