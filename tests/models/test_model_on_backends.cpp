@@ -150,7 +150,7 @@ TEST(DummyLoad, BindsWhatACheckpointHolds) {
     int mx = 0;
     for (const auto& b : q->weight_map()) {
       if (b.linear.empty() || b.params == 0) continue;
-      const bool kept = b.linear == "lm_head" || b.linear.size() > 9 && b.linear.substr(b.linear.size() - 9) == ".mlp.gate" ||
+      const bool kept = b.linear == "lm_head" || (b.linear.size() > 9 && b.linear.substr(b.linear.size() - 9) == ".mlp.gate") ||
                         b.linear.rfind(fmt::format("model.layers.{}.", q->config().num_hidden_layers), 0) == 0;
       EXPECT_EQ(b.dtype, kept ? DType::BF16 : DType::MXFP4) << arch << " " << b.checkpoint_name;
       mx += b.dtype == DType::MXFP4;
