@@ -37,6 +37,7 @@ class ParallelModel final : public Model {
   ~ParallelModel() override;  // tells the followers to stop, joins in-process ranks
 
   const ModelConfig& config() const override { return shard_->config(); }
+  Backend* backend() const override { return shard_->backend(); }  // rank 0's: the engine's KV pool lives there
   KVLayout kv_layout() const override { return shard_->kv_layout(); }
   void forward(const Batch& batch, KVPool& kv, float* logits, float* hidden = nullptr) override;
   int num_mtp_layers() const override { return shard_->num_mtp_layers(); }
