@@ -82,8 +82,8 @@ std::unique_ptr<Model> build_decoder(const ModelConfig& c, std::shared_ptr<Tenso
 
 void DecoderModel::use_backend(const std::string& spec) {
   backend_ = make_backend(spec, &pool());
-  MX_CHECK(!(plan_ && (plan_->tp_on() || plan_->ep_on())) || backend_->host_memory(),
-           "--tp / --ep run on the CPU backend for now, not on {} (device collectives are not built yet)",
+  MX_CHECK(!(plan_ && plan_->ep_on()) || backend_->host_memory(),
+           "--ep runs on the CPU backend for now, not on {} (use --tp: its collectives are host-staged on GPUs)",
            backend_->name());
 }
 
@@ -237,6 +237,14 @@ ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
   return ForwardCtx{*backend_, a, kv, T, d + T, d + 2 * T, d + 3 * T, d + 4 * T + R, max_blocks};
 }
 
+void DecoderModel::partial_allreduce(float* v, size_t n) {
+  if (backend_->host_memory()) return plan_->comm->allreduce_sum(v, n);
+  stage_.resize(n);
+  backend_->download(stage_.data(), v, n * 4);
+  plan_->comm->allreduce_sum(stage_.data(), n);
+  backend_->upload(v, stage_.data(), n * 4);
+}
+
 void DecoderModel::run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn,
                              float* tmp) {
   Backend& b = *backend_;
@@ -244,12 +252,12 @@ void DecoderModel::run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_laye
   const size_t mark = arena_->mark();
   b.rmsnorm(xn, x, L.d_attn_norm, T, D, cfg_.rms_norm_eps);
   L.attn->forward(ctx, kv_layer, xn, tmp);
-  if (L.attn_partial) plan_->comm->allreduce_sum(tmp, size_t(T) * D);  // host memory (checked at load)
+  if (L.attn_partial) partial_allreduce(tmp, size_t(T) * D);
   b.add(x, tmp, int64_t(T) * D);
   arena_->rewind(mark);
   b.rmsnorm(xn, x, L.d_mlp_norm, T, D, cfg_.rms_norm_eps);
   L.ffn->forward(ctx, xn, tmp);
-  if (L.ffn_partial) plan_->comm->allreduce_sum(tmp, size_t(T) * D);
+  if (L.ffn_partial) partial_allreduce(tmp, size_t(T) * D);
   b.add(x, tmp, int64_t(T) * D);
   arena_->rewind(mark);
 }
@@ -279,6 +287,11 @@ void DecoderModel::fetch_logits(const float* out, int R, int64_t Vl, float* logi
   // is one whole dot product, so nothing is reduced), then all ranks gather [P][R][Vl].
   const int P = plan_->size;
   h_logits_.resize(size_t(P) * R * Vl);
+  if (!backend_->host_memory()) {
+    stage_.resize(size_t(R) * Vl);
+    backend_->download(stage_.data(), out, size_t(R) * Vl * 4);
+    out = stage_.data();
+  }
   plan_->comm->allgather(out, size_t(R) * Vl * 4, h_logits_.data());
   for (int p = 0; p < P; ++p)
     for (int r = 0; r < R; ++r)

@@ -74,6 +74,7 @@ class DecoderModel final : public Model {
   ForwardCtx begin(const Batch& batch, KVPool& kv, bool mtp = false);
   void place(DeviceWeights& dw);
   void run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn, float* tmp);
+  void partial_allreduce(float* v, size_t n);
   size_t arena_bytes(int T, int R, size_t table_ints) const;
   ThreadPool& pool() const;
   // Backend logits [R, head.out] = head(norm(x[logit rows])); fetch_logits copies
@@ -121,6 +122,7 @@ class DecoderModel final : public Model {
   std::vector<int32_t> h_meta_;
   const int32_t *d_ids_ = nullptr, *d_rows_ = nullptr;
   std::vector<float> h_logits_;  // vocab-parallel gather
+  std::vector<float> stage_;
 };
 
 // model.embed_tokens, model.norm and lm_head (or the tied embedding).

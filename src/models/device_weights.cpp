@@ -19,9 +19,12 @@ DevWeight DeviceWeights::describe(const Tensor& t) const {
 DevWeight DeviceWeights::matrix(const Tensor& t) {
   if (t.empty()) return {};
   if (b_.host_memory()) return describe(t);
-  if (auto it = placed_.find(t.data); it != placed_.end()) return it->second;
+  // A weight used twice is placed once; a slice of another (a tensor-parallel
+  // rank's rows of a tied embedding, which start at the same address) is not it.
+  const auto key = std::make_tuple(static_cast<const void*>(t.data), t.shape[0], t.shape[1], int(t.dtype));
+  if (auto it = placed_.find(key); it != placed_.end()) return it->second;
   DevWeight w = stack({&t})[0];
-  placed_[t.data] = w;
+  placed_[key] = w;
   return w;
 }
 

@@ -6,6 +6,7 @@
 // A weight used twice (tied embeddings, an MTP head sharing the main one) is
 // placed once.
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "core/tensor.h"
@@ -42,7 +43,7 @@ class DeviceWeights {
   const DummyWeights* dummy_ = nullptr;
   std::vector<DevBuffer> owned_;
   std::vector<std::vector<float>> host_vectors_;
-  std::map<const void*, DevWeight> placed_;
+  std::map<std::tuple<const void*, int64_t, int64_t, int>, DevWeight> placed_;  // (data, out, in, dtype)
   size_t uploaded_ = 0;
 };
 

@@ -170,7 +170,7 @@ void follow_leader(Model& shard, Comm& comm) {
         shard.forward(b, *pool, logits.data(), h.want_hidden ? hidden.data() : nullptr);
       else
         shard.forward_mtp(h.mtp_index, b, *pool, prev.data(), logits.data(), h.want_hidden ? hidden.data() : nullptr);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       // The leader validates the same batch the same way and reports the error;
       // say it here too, in case this rank alone failed (its peers then wait).
       std::fprintf(stderr, "mxserve: rank %d: forward failed: %s\n", comm.rank(), e.what());

@@ -11,6 +11,7 @@
 #include "engine/generate.h"
 #include "models/synthetic.h"
 #include "parallel/parallel_model.h"
+#include "kernels/gpu_test_util.h"
 #include "test_util.h"
 
 using namespace mx;
@@ -78,6 +79,34 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Parallel,
                                            Case{"deepseek_v3", 1, 2}, Case{"deepseek_v3", 2, 1},
                                            Case{"deepseek_v3", 2, 2}),
                          name);
+
+// Issue 23's fallback for GPU ranks: tensor parallel on a device backend
+// (HIP-CPU in CI) with host-staged collectives (download, the host
+// communicator, upload) gives one CPU rank's tokens, for a dense model with a
+// vocab-parallel tied head, a TP-split MoE and MLA.
+TEST(ParallelModel, TensorParallelOnAGpuBackendGivesOneCpuRanksTokens) {
+  const auto gpus = mxtest::gpu_backends();
+  if (gpus.empty()) GTEST_SKIP() << "no GPU backend with a device in this build (CI builds HIP-CPU)";
+  const std::vector<int32_t> prompt = {1, 17, 42, 99, 5, 250, 3, 8, 77, 123, 64, 2};
+  for (const char* arch : {"qwen3", "glm4_moe", "deepseek_v3"}) {
+    mxtest::TempDir d;
+    SyntheticSpec s;
+    s.arch = arch;
+    s.dtype = DType::F32;  // the backends agree to rounding
+    write_synthetic_model(d.path().string(), s);
+    auto one = load_model(d.path().string());
+    const auto want = greedy(*one, prompt, 16);
+    for (const std::string& g : gpus) {
+      ParallelOptions po;
+      po.tp = 2, po.backend = "local", po.device = g;
+      auto par = load_parallel_model(d.path().string(), po);
+      EXPECT_EQ(greedy(*par, prompt, 16), want) << arch << " on " << g;
+      ParallelOptions ep = po;
+      ep.tp = 1, ep.ep = 2;
+      EXPECT_THROW(load_parallel_model(d.path().string(), ep), Error) << "--ep on " << g;
+    }
+  }
+}
 
 TEST(ParallelModel, EngineDrivesTheShardsLikeOneModel) {
   mxtest::TempDir d;
