@@ -204,7 +204,7 @@ ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
   // a graph; its block tables then have a power-of-two stride (one graph per bucket).
   graph_batch_ = gpu_graphs_ && R == T && T <= kMaxGraphTokens && T % S == 0 && T / S <= kMaxGraphTokensPerSeq;
   for (const auto& s : batch.seqs) graph_batch_ = graph_batch_ && s.n_tokens == T / S;
-  n_tokens_per_seq_ = T / S;
+  graph_seqs_ = S;
   if (graph_batch_) max_blocks = int(std::bit_ceil(unsigned(std::max(max_blocks, 8))));
   table_stride_ = max_blocks;
   // Host image of [ids | pos | seq | slots | rows | tables], uploaded in one copy.
@@ -239,6 +239,7 @@ ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
 
 void DecoderModel::partial_allreduce(float* v, size_t n) {
   if (backend_->host_memory()) return plan_->comm->allreduce_sum(v, n);
+  // Host-staged (issue 23's fallback for GPU ranks; NCCL / RCCL would reduce on the device).
   stage_.resize(n);
   backend_->download(stage_.data(), v, n * 4);
   plan_->comm->allreduce_sum(stage_.data(), n);
@@ -283,8 +284,9 @@ void DecoderModel::fetch_logits(const float* out, int R, int64_t Vl, float* logi
     backend_->download(logits, out, size_t(R) * V * 4);
     return;
   }
-  // Vocab-parallel (host memory): each rank computes its vocab rows (every logit
-  // is one whole dot product, so nothing is reduced), then all ranks gather [P][R][Vl].
+  // Vocab-parallel: each rank computes its vocab rows (every logit is one whole
+  // dot product, so nothing is reduced), then all ranks gather [P][R][Vl]
+  // (host-staged from a device backend).
   const int P = plan_->size;
   h_logits_.resize(size_t(P) * R * Vl);
   if (!backend_->host_memory()) {
@@ -307,8 +309,7 @@ float* DecoderModel::run_steps(const ForwardCtx& ctx, int mtp_index, bool hidden
     graph_arena_ = arena_->base();
   }
   const PagedKV l0 = ctx.kv.layer(0);
-  const int S = ctx.n_tokens / n_tokens_per_seq_;
-  const GraphKey key{l0.k, l0.v, int(l0.dtype), ctx.n_tokens, S, table_stride_, mtp_index, hidden};
+  const GraphKey key{l0.k, l0.v, int(l0.dtype), ctx.n_tokens, graph_seqs_, table_stride_, mtp_index, hidden};
   if (auto it = graphs_.find(key); it != graphs_.end()) {
     backend_->replay_graph(it->second.id);
     arena_->rewind(it->second.arena_end);  // as if the body had run

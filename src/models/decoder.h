@@ -74,6 +74,7 @@ class DecoderModel final : public Model {
   ForwardCtx begin(const Batch& batch, KVPool& kv, bool mtp = false);
   void place(DeviceWeights& dw);
   void run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn, float* tmp);
+  // Tensor parallel: sums a block's partial output over the ranks (host-staged on a device backend).
   void partial_allreduce(float* v, size_t n);
   size_t arena_bytes(int T, int R, size_t table_ints) const;
   ThreadPool& pool() const;
@@ -115,14 +116,14 @@ class DecoderModel final : public Model {
   static constexpr int kMaxGraphTokensPerSeq = 9;  // decode (1), verification of up to 8 drafts
   bool gpu_graphs_ = false;
   bool graph_batch_ = false;   // begin(): this batch may run as a graph
-  int table_stride_ = 0, n_tokens_per_seq_ = 1;
+  int table_stride_ = 0, graph_seqs_ = 0;  // begin(): the batch's table stride and sequences
   const void* graph_arena_ = nullptr;
   std::map<GraphKey, Graph> graphs_;
   // The current batch's metadata, built on the host, uploaded by begin().
   std::vector<int32_t> h_meta_;
   const int32_t *d_ids_ = nullptr, *d_rows_ = nullptr;
   std::vector<float> h_logits_;  // vocab-parallel gather
-  std::vector<float> stage_;
+  std::vector<float> stage_;     // host staging of a device backend's collectives
 };
 
 // model.embed_tokens, model.norm and lm_head (or the tied embedding).

@@ -41,11 +41,7 @@ void DummyWeights::add(TensorStore& store, const std::string& name, DType dtype,
   const uint64_t seed = seed_ ^ name_hash(name);
   if (backend_.host_memory() || shape.size() == 1) {
     // Made now, in host memory: the backend's memory, or a vector the model reads on the host.
-    OwnedTensor o = OwnedTensor::make(dtype, shape);
-    auto cpu = backend_.host_memory() ? nullptr : make_backend("cpu");
-    (cpu ? *cpu : backend_).fill_uniform(o.t.data, dtype, n, lo, hi, seed);
-    host_.push_back(std::move(o));
-    store.add(name, host_.back().t, "dummy");
+    store.add(name, make_on_host({dtype, n, lo, hi, seed}, shape), "dummy");
     return;
   }
   t.data = const_cast<void*>(reserve_key());
@@ -66,15 +62,19 @@ void DummyWeights::fill(Backend& b, void* dst, const void* p) const {
   b.fill_uniform(dst, s->dtype, s->n, s->lo, s->hi, s->seed);
 }
 
+const Tensor& DummyWeights::make_on_host(const Spec& s, const std::vector<int64_t>& shape) {
+  OwnedTensor o = OwnedTensor::make(s.dtype, shape);
+  if (!backend_.host_memory() && !host_backend_) host_backend_ = make_backend("cpu");
+  (backend_.host_memory() ? backend_ : *host_backend_).fill_uniform(o.t.data, s.dtype, s.n, s.lo, s.hi, s.seed);
+  host_.push_back(std::move(o));
+  return host_.back().t;
+}
+
 Tensor DummyWeights::on_host(const Tensor& t) {
   Tensor r = t;
   auto host = [&](const void* p) -> void* {
     const Spec* s = find(p);
-    if (!s) return const_cast<void*>(p);
-    OwnedTensor o = OwnedTensor::make(s->dtype, {int64_t(s->n)});
-    make_backend("cpu")->fill_uniform(o.t.data, s->dtype, s->n, s->lo, s->hi, s->seed);
-    host_.push_back(std::move(o));
-    return host_.back().t.data;
+    return s ? make_on_host(*s, {int64_t(s->n)}).data : const_cast<void*>(p);
   };
   r.data = host(t.data);
   r.scales = t.scales ? host(t.scales) : nullptr;

@@ -20,6 +20,7 @@
 // 0.02, HF's initializer_range), norms 0.9..1.1, MXFP4 codes uniform with E8M0
 // scales 2^-8..2^-6, FP8 values +-1 with block scales 0.03..0.04.
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,12 +61,15 @@ class DummyWeights {
     uint64_t seed;
   };
   const Spec* find(const void* p) const;
+  // A host tensor of this shape holding s's values (made by the CPU backend's fill).
+  const Tensor& make_on_host(const Spec& s, const std::vector<int64_t>& shape);
   const void* reserve_key();
 
   Backend& backend_;
   uint64_t seed_;
   std::map<const void*, Spec> specs_;
-  std::vector<OwnedTensor> host_;
+  std::deque<OwnedTensor> host_;  // stable addresses: the store views them
+  std::unique_ptr<Backend> host_backend_;  // the CPU's, for host copies when backend_ is a device
   std::vector<std::pair<char*, size_t>> regions_;  // reserved, never accessible
   size_t next_key_ = 0;
 };
