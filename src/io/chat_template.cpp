@@ -2996,7 +2996,7 @@ std::string apply_chat_template(const ModelChatTemplate& m, const nlohmann::orde
       for (const auto& part : msg["content"]) {
         if (part.is_string()) {
           text += (first ? "" : "\n") + part.get<std::string>();
-        } else if (part.is_object() && part.value("type", std::string()) == "text" && part.contains("text") &&
+        } else if (part.is_object() && part.contains("type") && part["type"] == "text" && part.contains("text") &&
                    part["text"].is_string()) {
           text += (first ? "" : "\n") + part["text"].get<std::string>();
         } else {

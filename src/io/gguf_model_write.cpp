@@ -218,7 +218,7 @@ void write_tokenizer(GgufWriter& w, const ModelConfig& c, const std::string& hf_
   if (tj.is_discarded() || !tj.contains("model") || !tj["model"].is_object())
     fail("{}: not a tokenizer.json", p.string());
   const json& model = tj["model"];
-  if (model.value("type", "") != "BPE") fail("{}: only BPE tokenizers can be written to GGUF", p.string());
+  if (!(model.contains("type") && model["type"] == "BPE")) fail("{}: only BPE tokenizers can be written to GGUF", p.string());
   std::vector<std::string> tokens(c.vocab_size);
   std::vector<int32_t> types(c.vocab_size, 0);
   auto put = [&](int64_t id, const std::string& s, int32_t type) {
@@ -227,7 +227,7 @@ void write_tokenizer(GgufWriter& w, const ModelConfig& c, const std::string& hf_
   };
   for (const auto& [tok, id] : model["vocab"].items()) put(id.get<int64_t>(), tok, 1);  // NORMAL
   if (tj.contains("added_tokens"))
-    for (const auto& a : tj["added_tokens"]) put(a["id"].get<int64_t>(), a["content"], a.value("special", false) ? 3 : 4);
+    for (const auto& a : tj["added_tokens"]) put(a["id"].get<int64_t>(), a["content"], a.contains("special") && a["special"] == true ? 3 : 4);
   for (int i = 0; i < c.vocab_size; ++i)
     if (types[i] == 0) tokens[i] = fmt::format("[PAD{}]", i), types[i] = 5;  // UNUSED, as convert_hf_to_gguf.py
   std::vector<std::string> merges;

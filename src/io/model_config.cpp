@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 
 using json = nlohmann::json;
 
@@ -26,53 +27,6 @@ constexpr ArchName kArchs[] = {
     {"Qwen3MoeForCausalLM", Arch::Qwen3Moe},
 };
 
-// Field access that names what is wrong.
-class Fields {
- public:
-  explicit Fields(const json& j) : j_(j) {}
-  int req_int(const char* k) const {
-    if (!j_.contains(k)) fail("config.json: required field '{}' is missing", k);
-    return as_int(k);
-  }
-  int opt_int(const char* k, int def) const { return present(k) ? as_int(k) : def; }
-  float opt_float(const char* k, float def) const {
-    if (!present(k)) return def;
-    if (!j_[k].is_number()) fail("config.json: '{}' must be a number, got {}", k, j_[k].dump());
-    return j_[k].get<float>();
-  }
-  bool opt_bool(const char* k, bool def) const {
-    if (!present(k)) return def;
-    if (!j_[k].is_boolean()) fail("config.json: '{}' must be true or false, got {}", k, j_[k].dump());
-    return j_[k].get<bool>();
-  }
-  bool present(const char* k) const { return j_.contains(k) && !j_[k].is_null(); }
-  std::string opt_str(const char* k, const std::string& def) const {
-    if (!present(k)) return def;
-    if (!j_[k].is_string()) fail("config.json: '{}' must be a string, got {}", k, j_[k].dump());
-    return j_[k].get<std::string>();
-  }
-  std::vector<int> opt_int_list(const char* k) const {
-    std::vector<int> v;
-    if (!present(k)) return v;
-    if (!j_[k].is_array()) fail("config.json: '{}' must be a list of integers", k);
-    for (const auto& x : j_[k]) {
-      if (!x.is_number_integer()) fail("config.json: '{}' must be a list of integers", k);
-      v.push_back(x.get<int>());
-    }
-    return v;
-  }
-
- private:
-  int as_int(const char* k) const {
-    const json& v = j_[k];
-    if (!v.is_number_integer()) fail("config.json: '{}' must be an integer, got {}", k, v.dump());
-    int64_t x = v.get<int64_t>();
-    if (x < 0 || x > (1 << 30)) fail("config.json: '{}' = {} is out of range", k, x);
-    return int(x);
-  }
-  const json& j_;
-};
-
 // The sigmoid-router MoE fields shared by GLM-4.5 and DeepSeek-V3 (and their
 // MTP layers); defaults differ per family's transformers config class.
 struct SigmoidMoeDefaults {
@@ -80,7 +34,7 @@ struct SigmoidMoeDefaults {
   float routed_scaling_factor;
   int first_k_dense_replace;
 };
-void parse_sigmoid_moe(const Fields& f, ModelConfig& c, const SigmoidMoeDefaults& d) {
+void parse_sigmoid_moe(const JsonFields& f, ModelConfig& c, const SigmoidMoeDefaults& d) {
   MoeConfig& m = c.moe;
   m.n_routed_experts = f.req_int("n_routed_experts");
   m.n_shared_experts = f.opt_int("n_shared_experts", 1);
@@ -118,7 +72,7 @@ ModelConfig parse_hf_config(const json& j) {
     for (const auto& n : kArchs) list += std::string(list.empty() ? "" : ", ") + n.hf;
     fail("config.json: architecture '{}' is not supported (supported: {})", c.architecture, list);
   }
-  Fields f(j);
+  JsonFields f(j, "config.json");
   c.hidden_size = f.req_int("hidden_size");
   c.intermediate_size = f.req_int("intermediate_size");
   c.num_hidden_layers = f.req_int("num_hidden_layers");
@@ -148,7 +102,7 @@ ModelConfig parse_hf_config(const json& j) {
   if (j.contains("torch_dtype") && j["torch_dtype"].is_string())
     c.torch_dtype = j["torch_dtype"].get<std::string>();
 
-  std::string act = j.value("hidden_act", std::string("silu"));
+  std::string act = f.opt_str("hidden_act", "silu");
   MX_CHECK(act == "silu", "config.json: hidden_act '{}' is not supported (only silu)", act);
 
   MoeConfig& m = c.moe;
@@ -216,8 +170,8 @@ ModelConfig parse_hf_config(const json& j) {
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const json& r = j["rope_scaling"];
     MX_CHECK(r.is_object(), "config.json: rope_scaling must be an object or null");
-    std::string type = r.value("rope_type", r.value("type", std::string("default")));
-    Fields rf(r);
+    JsonFields rf(r, "config.json: rope_scaling");
+    std::string type = rf.opt_str("rope_type", rf.opt_str("type", "default"));
     RopeScaling& s = c.rope_scaling;
     s.type = type;
     if (type == "default") {

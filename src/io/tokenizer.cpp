@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "core/json_fields.h"
 #include "io/pretokenize.h"
 #include "io/unicode.h"
 
@@ -826,21 +827,23 @@ void parse_pre(const json& j, const std::string& where, std::vector<PreSplit>& s
   } else if (t == "ByteLevel") {
     if (byte_level) fail("{}: more than one ByteLevel pre_tokenizer", where);
     byte_level = true;
-    if (j.value("add_prefix_space", false)) {
+    const JsonFields f(j, where + ": ByteLevel pre_tokenizer");
+    if (f.opt_bool("add_prefix_space", false)) {
       if (!steps.empty())
         fail("{}: ByteLevel add_prefix_space after other pre-tokenizers is not supported", where);
       prefix_space = true;
     }
-    if (j.value("use_regex", true)) steps.push_back(PreSplit::Gpt2);
+    if (f.opt_bool("use_regex", true)) steps.push_back(PreSplit::Gpt2);
   } else if (t == "Split") {
     if (byte_level) fail("{}: a Split pre_tokenizer after ByteLevel is not supported", where);
-    const json& pat = j.value("pattern", json());
+    const JsonFields f(j, where + ": Split pre_tokenizer");
+    const json& pat = f.opt_any("pattern");
     if (!pat.is_object() || !pat.contains("Regex") || !pat["Regex"].is_string())
       fail("{}: Split pre_tokenizer needs a {{\"Regex\": ...}} pattern (got {})", where, pat.dump());
     const std::string re = pat["Regex"].get<std::string>();
-    const std::string behavior = j.value("behavior", std::string("Isolated"));
+    const std::string behavior = f.opt_str("behavior", "Isolated");
     if (behavior != "Isolated") fail("{}: Split behavior '{}' is not supported (only Isolated)", where, behavior);
-    if (j.value("invert", false)) fail("{}: inverted Split is not supported", where);
+    if (f.opt_bool("invert", false)) fail("{}: inverted Split is not supported", where);
     auto s = pre_split_for_regex(re);
     if (!s)
       fail("{}: Split regex '{}' is not one of the pre-tokenizers mxserve implements (GPT-2, Llama-3, Qwen2, "
@@ -849,7 +852,7 @@ void parse_pre(const json& j, const std::string& where, std::vector<PreSplit>& s
     steps.push_back(*s);
   } else if (t == "Digits") {
     if (byte_level) fail("{}: a Digits pre_tokenizer after ByteLevel is not supported", where);
-    steps.push_back(j.value("individual_digits", false) ? PreSplit::DigitEach : PreSplit::DigitRun);
+    steps.push_back(JsonFields(j, where + ": Digits pre_tokenizer").opt_bool("individual_digits", false) ? PreSplit::DigitEach : PreSplit::DigitRun);
   } else {
     fail("{}: pre_tokenizer type '{}' is not supported", where, t.empty() ? j.dump() : t);
   }
@@ -886,10 +889,11 @@ std::unique_ptr<Tokenizer> load_tokenizer_hf(const std::string& tokenizer_json_p
 std::unique_ptr<Tokenizer> parse_tokenizer_hf(const json& j, const json& cfg, const std::string& where) {
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) fail("{}: no 'model' object", where);
   const json& m = j["model"];
+  const JsonFields top(j, where), model(m, where + ": model");
   const std::string mtype = type_of(m);
   if (!(mtype == "BPE" || (mtype.empty() && m.contains("merges"))))
     fail("{}: model type '{}' is not supported (only byte-level BPE)", where, mtype);
-  if (m.value("byte_fallback", false)) fail("{}: BPE byte_fallback is not supported (only byte-level BPE)", where);
+  if (model.opt_bool("byte_fallback", false)) fail("{}: BPE byte_fallback is not supported (only byte-level BPE)", where);
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (m.contains(k) && m[k].is_string() && !m[k].get<std::string>().empty())
       fail("{}: BPE {} '{}' is not supported", where, k, m[k].get<std::string>());
@@ -913,8 +917,9 @@ std::unique_ptr<Tokenizer> parse_tokenizer_hf(const json& j, const json& cfg, co
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
           !a["content"].is_string())
         fail("{}: added_tokens entry {} needs an integer 'id' and a string 'content'", where, a.dump());
-      added.push_back({a["id"].get<int64_t>(), a["content"].get<std::string>(), a.value("special", false),
-                       a.value("lstrip", false), a.value("rstrip", false)});
+      const JsonFields f(a, where + ": added_tokens entry");
+      added.push_back({a["id"].get<int64_t>(), a["content"].get<std::string>(), f.opt_bool("special", false),
+                       f.opt_bool("lstrip", false), f.opt_bool("rstrip", false)});
     }
   }
   int64_t max_id = -1;
@@ -970,9 +975,9 @@ std::unique_ptr<Tokenizer> parse_tokenizer_hf(const json& j, const json& cfg, co
   }
 
   BpeTokenizer::Options o;
-  o.ignore_merges = m.value("ignore_merges", false);
+  o.ignore_merges = model.opt_bool("ignore_merges", false);
   // normalizer
-  const json norm = j.value("normalizer", json());
+  const json& norm = top.opt_any("normalizer");
   if (!norm.is_null()) {
     const std::string t = type_of(norm);
     if (t == "NFC") o.nfc = true;
@@ -980,9 +985,9 @@ std::unique_ptr<Tokenizer> parse_tokenizer_hf(const json& j, const json& cfg, co
       fail("{}: normalizer '{}' is not supported (only NFC or none)", where, t.empty() ? norm.dump() : t);
   }
   bool byte_level = false;
-  parse_pre(j.value("pre_tokenizer", json()), where, o.steps, byte_level, o.prefix_space);
+  parse_pre(top.opt_any("pre_tokenizer"), where, o.steps, byte_level, o.prefix_space);
   if (!byte_level) fail("{}: pre_tokenizer has no ByteLevel step: only byte-level BPE is supported", where);
-  check_decoder(j.value("decoder", json()), where);
+  check_decoder(top.opt_any("decoder"), where);
 
   std::string pre = "hf";
   for (PreSplit s : o.steps) {
@@ -998,7 +1003,7 @@ std::unique_ptr<Tokenizer> parse_tokenizer_hf(const json& j, const json& cfg, co
 
   // bos/eos: the post-processor's template, then tokenizer_config.json
   auto id_of = [&](const std::string& text) { return v.find(text); };
-  const json post = j.value("post_processor", json());
+  const json& post = top.opt_any("post_processor");
   std::function<void(const json&)> scan_post = [&](const json& p) {
     const std::string t = type_of(p);
     if (t == "Sequence" && p.contains("processors") && p["processors"].is_array()) {
@@ -1007,7 +1012,7 @@ std::unique_ptr<Tokenizer> parse_tokenizer_hf(const json& j, const json& cfg, co
       const json& s = p["single"];
       auto special_id = [&](const json& item) -> int32_t {
         if (!item.is_object() || !item.contains("SpecialToken")) return -1;
-        return id_of(item["SpecialToken"].value("id", std::string()));
+        return id_of(JsonFields(item["SpecialToken"], where + ": post_processor SpecialToken").opt_str("id", ""));
       };
       if (int32_t id = special_id(s.front()); id >= 0) tok->bos_id = id, tok->add_bos = true;
       if (s.size() > 1)

@@ -45,9 +45,10 @@ std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::s
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON: {}", origin, e.what());
   }
-  MX_CHECK(j.is_object() && j.value("format", "") == "mxserve-kernel-configs",
+  MX_CHECK(j.is_object() && j.contains("format") && j["format"] == "mxserve-kernel-configs",
            "{}: not an mxserve kernel config file (\"format\": \"mxserve-kernel-configs\" missing)", origin);
-  MX_CHECK(j.value("version", 0) == 1, "{}: unsupported version {}", origin, j.value("version", 0));
+  MX_CHECK(j.contains("version") && j["version"] == 1, "{}: unsupported version {}", origin,
+           j.contains("version") ? j["version"].dump() : "(none)");
   MX_CHECK(j.contains("entries") && j["entries"].is_array(), "{}: \"entries\" must be an array", origin);
   if (about && j.contains("about") && j["about"].is_string()) *about = j["about"].get<std::string>();
   std::vector<TunedEntry> out;

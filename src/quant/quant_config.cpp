@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 
 using json = nlohmann::json;
 
@@ -125,7 +126,8 @@ QuantConfig parse_quant_config(const json& config) {
   if (!config.contains("quantization_config") || config["quantization_config"].is_null()) return q;
   const json& qc = config["quantization_config"];
   MX_CHECK(qc.is_object(), "quantization_config must be an object");
-  const std::string method = qc.value("quant_method", std::string());
+  const JsonFields fields(qc, "config.json: quantization_config");
+  const std::string method = fields.opt_str("quant_method", "");
   auto read_list = [&](const char* key) {
     if (!qc.contains(key) || qc[key].is_null()) return;
     MX_CHECK(qc[key].is_array(), "quantization_config.{} must be a list of names", key);
@@ -147,7 +149,7 @@ QuantConfig parse_quant_config(const json& config) {
     read_list("exclude");
   } else if (method == "fp8") {
     q.method = QuantMethod::Fp8Block;
-    MX_CHECK(qc.value("fmt", std::string("e4m3")) == "e4m3", "quantization_config.fmt must be e4m3");
+    MX_CHECK(fields.opt_str("fmt", "e4m3") == "e4m3", "quantization_config.fmt must be e4m3");
     MX_CHECK(qc.contains("weight_block_size") && qc["weight_block_size"] == json::array({128, 128}),
              "quantization_config.weight_block_size must be [128, 128]");
     read_list("modules_to_not_convert");

@@ -72,7 +72,7 @@ struct RouterServer::Impl {
     try {
       units = routing_units(req.body);
       json j = json::parse(req.body);
-      stream = j.value("stream", false);
+      stream = j.contains("stream") && j["stream"] == true;
     } catch (const std::exception& e) {
       return error_json(res, 400, e.what(), "invalid_request_error");
     }
