@@ -34,6 +34,9 @@ struct DevWeight {
   void* data = nullptr;
   void* scales = nullptr;     // MXFP4: E8M0 [out, in/32] per expert; F8_E4M3: f32 [ceil(out/128), ceil(in/128)]
   int64_t scale_cols = 0;     // F8_E4M3: ceil(in/128)
+  // A router gate: BF16 weights multiply the f32 activations even where the
+  // backend would round activations to bf16 (kernels/cpu/matmul.h, Bf16Act).
+  bool f32_activations = false;
   // Bytes of one expert's data / scales (the stride between experts). Inline:
   // the GPU libraries use them and link nothing of the rest.
   size_t data_bytes() const {

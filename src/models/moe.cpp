@@ -53,6 +53,9 @@ size_t MoeBlock::scratch_bytes(int T) const {
 
 void MoeBlock::place(DeviceWeights& dw) {
   d_router_ = dw.matrix(router_);
+  // The top-k must not hinge on activations rounded to bf16 (transformers computes
+  // the sigmoid routers in f32; a near tie would otherwise pick other experts).
+  d_router_.f32_activations = true;
   d_route_ = {m_.n_routed_experts, m_.num_experts_per_tok, m_.sigmoid_router, m_.n_group, m_.topk_group,
               m_.norm_topk_prob, m_.routed_scaling_factor, bias_f32_.empty() ? nullptr : dw.floats(bias_f32_)};
   std::vector<const Tensor*> g, u, d;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/matmul_impl.h"
 
 namespace {
 
@@ -73,13 +74,15 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng) {
   return v;
 }
 
+// round_x: the kernel multiplies activations rounded to bf16 (matmul_bf16_activations).
 void expect_close_to_reference(const std::vector<float>& y, const std::vector<float>& x,
-                               const Weights& w, int64_t n, const std::string& what) {
+                               const Weights& w, int64_t n, const std::string& what, bool round_x = false) {
   for (int64_t t = 0; t < n; ++t)
     for (int64_t o = 0; o < w.out; ++o) {
       double ref = 0, mag = 0;
       for (int64_t i = 0; i < w.in; ++i) {
-        const double p = double(w.f32[o * w.in + i]) * double(x[t * w.in + i]);
+        const float xi = round_x ? bf16_to_f32(f32_to_bf16(x[t * w.in + i])) : x[t * w.in + i];
+        const double p = double(w.f32[o * w.in + i]) * double(xi);
         ref += p;
         mag += std::fabs(p);
       }
@@ -106,7 +109,8 @@ TEST(Matmul, MatchesDoubleReferenceAllIsas) {
             std::vector<float> x = random_vec(size_t(n * in), rng);
             std::vector<float> y(size_t(n * out), NAN);
             matmul_isa(isa, y.data(), x.data(), w.tensor(), n, pool2());
-            expect_close_to_reference(y, x, w, n, label(isa, dt, out, in, n));
+            expect_close_to_reference(y, x, w, n, label(isa, dt, out, in, n),
+                                      dt == DType::BF16 && matmul_bf16_activations(isa));
           }
 }
 
@@ -142,6 +146,42 @@ TEST(Matmul, BatchInvariantBitwise) {
         EXPECT_EQ(0, std::memcmp(part.data(), full2.data() + s.out, size_t(s.out) * 4))
             << what << " (row 1 in a batch of " << m << ")";
       }
+}
+
+// The vdpbf16ps kernels (matmul_bf16dot_avx512.cpp), reached whatever
+// MXSERVE_BF16_ACTIVATIONS says: against the double product of the bf16-rounded
+// activations, batch invariant, and NaN / inf in an activation reach its outputs.
+TEST(Matmul, Bf16ActivationKernels) {
+  if (!cpu_features().avx512bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16 (" << cpu_features_string() << ")";
+  matmul_detail::Kernels k;
+  k.bf16_dot = matmul_detail::avx512_bf16dot_kernels();
+  auto run = [&](std::vector<float>& y, const std::vector<float>& x, Weights& w, int64_t n, ThreadPool& pool) {
+    matmul_detail::run_kernels(k, Isa::Avx512, y.data(), x.data(), w.tensor(), n, pool, nullptr, /*bf16_act=*/true);
+  };
+  std::mt19937 rng(77);
+  for (int64_t in : {1, 15, 16, 31, 32, 33, 100, 4097})
+    for (int64_t out : {1, 17, 49})
+      for (int64_t n : {1, 3, 9, 17}) {
+        Weights w = make_weights(DType::BF16, out, in, rng);
+        std::vector<float> x = random_vec(size_t(n * in), rng), y(size_t(n * out), NAN), one(static_cast<size_t>(out));
+        run(y, x, w, n, pool2());
+        const std::string what = "bf16dot out=" + std::to_string(out) + " in=" + std::to_string(in) + " n=" + std::to_string(n);
+        expect_close_to_reference(y, x, w, n, what, /*round_x=*/true);
+        for (int64_t t = 0; t < n; ++t) {
+          std::vector<float> xt(x.begin() + t * in, x.begin() + (t + 1) * in);
+          run(one, xt, w, 1, pool1());
+          ASSERT_EQ(0, std::memcmp(one.data(), y.data() + t * out, size_t(out) * 4)) << what << " row " << t;
+        }
+      }
+  Weights w = make_weights(DType::BF16, 3, 40, rng);
+  std::vector<float> x = random_vec(2 * 40, rng), y(6);
+  x[5] = NAN;
+  x[40 + 39] = INFINITY;
+  run(y, x, w, 2, pool1());
+  for (int o = 0; o < 3; ++o) {
+    EXPECT_TRUE(std::isnan(y[o])) << o;
+    EXPECT_FALSE(std::isfinite(y[3 + o])) << o;
+  }
 }
 
 TEST(Matmul, DispatchedMatchesBestIsa) {

@@ -9,6 +9,7 @@
 #include "engine/generate.h"
 #include "models/model.h"
 #include "models/synthetic.h"
+#include "f32_activations.h"
 #include "test_util.h"
 
 using namespace mx;
@@ -37,6 +38,7 @@ TEST_P(Reference, LogitsAtEveryPositionMatchTorch) {
   write_synthetic_model(d.path().string(), spec);
   const std::vector<int32_t> prompt = {1, 17, 250, 3, 99, 42, 42, 7, 300, 5, 11, 200};
   auto model = load_model(d.path().string());
+  const mxtest::F32Activations f32_products;  // the reference's product (Bf16Activations below)
   auto ours = prompt_logits(*model, prompt, true, 5);  // chunked prefill, 3 chunks
   std::string ids;
   for (int t : prompt) ids += std::to_string(t) + " ";
@@ -106,6 +108,7 @@ TEST_P(MoeReference, LogitsAndMtpLogitsMatchTorch) {
   b.add(&kv, prompt.data(), T, 0, false);
   for (int t = 0; t < T; ++t) b.logit_rows.push_back(t);
   std::vector<float> logits(T * V), hidden(T * H);
+  const mxtest::F32Activations f32_products;  // the reference's product
   model->forward(b, pool, logits.data(), hidden.data());
 
   std::string ids;

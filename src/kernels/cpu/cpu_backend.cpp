@@ -37,6 +37,7 @@ Tensor view(const DevWeight& w) {
   t.scales = w.scales;
   return t;
 }
+Bf16Act act(const DevWeight& w) { return w.f32_activations ? Bf16Act::F32 : Bf16Act::Auto; }
 
 class CpuBackend final : public Backend {
  public:
@@ -58,11 +59,11 @@ class CpuBackend final : public Backend {
 
   // The registry lookup (warnings, --strict-kernels) happens in the kernels.
   void matmul(float* y, const float* x, const DevWeight& w, int64_t T) override {
-    mx::matmul(y, x, view(w), T, pool_);
+    mx::matmul(y, x, view(w), T, pool_, act(w));
   }
   void matmul_with_config(float* y, const float* x, const DevWeight& w, int64_t T,
                           const KernelConfig& cfg) override {
-    mx::matmul_with_config(best_isa(), cfg, y, x, view(w), T, pool_);
+    mx::matmul_with_config(best_isa(), cfg, y, x, view(w), T, pool_, act(w));
   }
   void rmsnorm_strided(float* y, const float* x, const float* w, int64_t rows, int dim, int64_t stride,
                        float eps) override {

@@ -5,7 +5,10 @@
 #include <emmintrin.h>  // SSE2: part of baseline x86-64
 
 #include <cmath>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "core/error.h"
 #include "kernels/cpu/matmul_impl.h"
@@ -206,6 +209,18 @@ QuantAct quantize_activations(const float* x, int64_t n, int64_t in, const uint8
   return qa;
 }
 
+// BF16 activations, rounded once per call (DtypeKernels::bf16_act; matmul_impl.h).
+const uint16_t* bf16_activations(const float* x, int64_t n, int64_t in, int64_t stride, Bf16RowFn round,
+                                 ThreadPool& pool) {
+  uint16_t* dst = static_cast<uint16_t*>(t_act.get(size_t(n * stride) * 2 + 64));
+  auto rows = [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) round(x + t * in, in, stride, dst + t * stride);
+  };
+  if (n > 1 && n * in >= (int64_t(1) << 16)) pool.parallel_for(n, rows);
+  else rows(0, n);
+  return dst;
+}
+
 }  // namespace
 
 Kernels scalar_kernels() {
@@ -235,10 +250,18 @@ const Kernels& kernels(Isa isa) {
   return k[int(isa)];
 }
 
-const DtypeKernels* dtype_kernels(const Kernels& k, DType dt) {
+std::atomic<bool>& bf16_activations_setting() {
+  static std::atomic<bool> on = [] {
+    const char* e = std::getenv("MXSERVE_BF16_ACTIVATIONS");
+    return !(e && std::string_view(e) == "0");
+  }();
+  return on;
+}
+
+const DtypeKernels* dtype_kernels(const Kernels& k, DType dt, bool bf16_act = false) {
   switch (dt) {
     case DType::F32: return &k.f32;
-    case DType::BF16: return &k.bf16;
+    case DType::BF16: return bf16_act && k.bf16_dot.ok() ? &k.bf16_dot : &k.bf16;
     case DType::MXFP4: return &k.mxfp4;
     case DType::F8_E4M3: return &k.fp8;
     default: return nullptr;
@@ -251,10 +274,10 @@ constexpr int64_t kMinParallelMacs = 1 << 15;
 }  // namespace
 
 void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w,
-                 int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg) {
+                 int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg, bool bf16_act) {
   MX_CHECK(w.ndim == 2, "matmul: weight must be 2-D, got {}", w.shape_str());
   MX_CHECK(n_tokens >= 0, "matmul: n_tokens = {}", n_tokens);
-  const DtypeKernels* dk = dtype_kernels(k, w.dtype);
+  const DtypeKernels* dk = dtype_kernels(k, w.dtype, bf16_act);
   MX_CHECK(dk && dk->ok(), "matmul: no kernel for {} weights", dtype_name(w.dtype));
   Args a{y, x, w.data, n_tokens, w.shape[0], w.shape[1]};
   if (w.dtype == DType::MXFP4) {
@@ -274,6 +297,10 @@ void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tens
     a.x_row_bytes = qa.q_stride + qa.nbp * 8;
   } else if (w.dtype == DType::F8_E4M3) {
     a.scale_cols = (a.in + 127) / 128;
+  } else if (dk->bf16_act) {
+    a.xb_stride = (a.in + 31) / 32 * 32;
+    a.xb = bf16_activations(x, n_tokens, a.in, a.xb_stride, dk->bf16_act, pool);
+    a.x_row_bytes = a.xb_stride * 2;
   }
   a.chunk_bytes = int64_t(std::max(c.chunk_kib, 1)) << 10;
   a.rowblock_bytes = int64_t(std::max(c.rowblock_kib, 0)) << 10;
@@ -292,28 +319,34 @@ void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tens
 
 using namespace matmul_detail;
 
-void matmul(float* y, const float* x, const Tensor& w, int64_t n_tokens, ThreadPool& pool) {
+void matmul(float* y, const float* x, const Tensor& w, int64_t n_tokens, ThreadPool& pool, Bf16Act act) {
   static const Isa isa = best_isa();  // resolved once per process
   static const Kernels& k = kernels(isa);
-  run_kernels(k, isa, y, x, w, n_tokens, pool, nullptr);
+  run_kernels(k, isa, y, x, w, n_tokens, pool, nullptr, act == Bf16Act::Auto && bf16_activations_setting());
 }
 
 void matmul_isa(Isa isa, float* y, const float* x, const Tensor& w, int64_t n_tokens,
                 ThreadPool& pool) {
   MX_CHECK(isa_supported(isa), "matmul: ISA {} is not supported by this CPU", isa_name(isa));
-  run_kernels(kernels(isa), isa, y, x, w, n_tokens, pool, nullptr);
+  run_kernels(kernels(isa), isa, y, x, w, n_tokens, pool, nullptr, bf16_activations_setting());
 }
 
 void matmul_with_config(Isa isa, const KernelConfig& cfg, float* y, const float* x,
-                        const Tensor& w, int64_t n_tokens, ThreadPool& pool) {
+                        const Tensor& w, int64_t n_tokens, ThreadPool& pool, Bf16Act act) {
   MX_CHECK(isa_supported(isa), "matmul: ISA {} is not supported by this CPU", isa_name(isa));
-  run_kernels(kernels(isa), isa, y, x, w, n_tokens, pool, &cfg);
+  run_kernels(kernels(isa), isa, y, x, w, n_tokens, pool, &cfg, act == Bf16Act::Auto && bf16_activations_setting());
 }
+
+bool matmul_bf16_activations(Isa isa) {
+  return isa_supported(isa) && kernels(isa).bf16_dot.ok() && bf16_activations_setting();
+}
+
+bool set_matmul_bf16_activations(bool on) { return bf16_activations_setting().exchange(on); }
 
 std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   std::vector<KernelConfig> v;
   if (!isa_supported(isa)) return v;
-  const DtypeKernels* dk = dtype_kernels(kernels(isa), dtype);
+  const DtypeKernels* dk = dtype_kernels(kernels(isa), dtype, bf16_activations_setting());
   if (!dk || !dk->ok()) return v;
   if (dk->rows) return {default_kernel_config("matmul", dtype, isa)};
   // Only the AVX-512 GEMV tiles prefetch in software.

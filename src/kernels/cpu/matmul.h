@@ -2,7 +2,7 @@
 // Linear layers: y[t, o] = sum_i x[t, i] * W[o, i] for t < n_tokens.
 // W is [out, in] row-major as in HF checkpoints; x and y are dense f32 rows.
 // Weight representations:
-//   F32, BF16;
+//   F32, BF16 (activations rounded to bf16 on AVX512-BF16: matmul_bf16_activations);
 //   MXFP4: w.data = packed E2M1 [out, in/2] (element 2j in the low nibble of byte j),
 //     w.scales = E8M0 bytes [out, in/32]; in % 32 == 0. The activations are
 //     quantized per token to int8 in blocks of 32 (scale amax/127), once per call,
@@ -27,7 +27,14 @@
 
 namespace mx {
 
-void matmul(float* y, const float* x, const Tensor& w, int64_t n_tokens, ThreadPool& pool);
+// How BF16 weights meet f32 activations: Auto rounds the activations to bf16 where
+// matmul_bf16_activations() says so; F32 always multiplies the f32 activations
+// (routers, whose top-k a rounding could flip: transformers computes the
+// DeepSeek-V3 / GLM-4.5 router in f32 too).
+enum class Bf16Act { Auto, F32 };
+
+void matmul(float* y, const float* x, const Tensor& w, int64_t n_tokens, ThreadPool& pool,
+            Bf16Act act = Bf16Act::Auto);
 
 // Same, forcing an ISA (tests and benchmarks compare paths). Throws if the ISA
 // is not supported by this CPU or has no kernel for w.dtype.
@@ -36,11 +43,22 @@ void matmul_isa(Isa isa, float* y, const float* x, const Tensor& w, int64_t n_to
 
 // Same, with an explicit kernel config instead of the registry's (the tuner; tests).
 void matmul_with_config(Isa isa, const KernelConfig& cfg, float* y, const float* x,
-                        const Tensor& w, int64_t n_tokens, ThreadPool& pool);
+                        const Tensor& w, int64_t n_tokens, ThreadPool& pool, Bf16Act act = Bf16Act::Auto);
 
 // The configs the kernels of (isa, dtype) implement (every tile variant, a few
 // prefetch distances); the first is the kernels' built-in default. Empty when the
 // ISA has no kernel for dtype; one entry when nothing is tunable (scalar).
 std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype);
+
+// Whether BF16 weights on `isa` multiply activations rounded to bf16 (to nearest
+// even) rather than the f32 activations: true for AVX-512 on CPUs with AVX512-BF16
+// (vdpbf16ps, twice the multiply-adds per instruction), unless switched off by the
+// environment (MXSERVE_BF16_ACTIVATIONS=0) or set_matmul_bf16_activations(false). As
+// llama.cpp and oneDNN do for bf16 models; the batch-invariance contract holds
+// either way (matmul_impl.h). The setting is process-wide; change it only while no
+// matmul runs.
+bool matmul_bf16_activations(Isa isa);
+// Returns the previous setting.
+bool set_matmul_bf16_activations(bool on);
 
 }  // namespace mx

@@ -9,9 +9,8 @@
 #include <type_traits>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/matmul_impl.h"
-
-#define MX_INLINE inline __attribute__((always_inline))
 
 namespace mx::matmul_detail {
 
@@ -19,7 +18,8 @@ Kernels avx2_kernels(bool avx_vnni);
 
 namespace {
 
-constexpr int V = 16;
+using avx512::hsum;
+using avx512::V;
 
 // Weight loaders: a full chunk of 16, and a zero-padded partial chunk, as f32.
 // s is the chunk's block scale (F8_E4M3 only; ignored otherwise). kBlock: columns
@@ -91,17 +91,6 @@ MX_INLINE void col_blocks(const Args& a, int64_t r0, F&& f) {
       f(i0, std::min(a.in, i0 + L::kBlock), sc);
     }
   }
-}
-
-// The one fixed reduction tree: 16 -> 8 -> 4 -> 2 -> 1, halves added pairwise.
-// (The high half is extracted via the F-only f64x4 form: best_isa() does not require DQ.)
-inline float hsum(__m512 v) {
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-  return _mm_cvtss_f32(s1);
 }
 
 // y[t0 .. t0+TT, r0 .. r0+R): each output one accumulator, chunks in order. w: the
@@ -555,6 +544,7 @@ Kernels avx512_kernels() {
   Kernels k;
   k.f32 = FloatVariants<F32W>::kernels();
   k.bf16 = FloatVariants<Bf16W>::kernels();
+  if (cpu_features().avx512bf16) k.bf16_dot = avx512_bf16dot_kernels();
   k.fp8 = {nullptr, fp8::kGemv, fp8::kGemm};
   if (cpu_features().avx512vnni) k.mxfp4 = {nullptr, mx4::kGemv, mx4::kGemm, mx4::kOrder, mx4::quantize_row};
   else k.mxfp4 = avx2_kernels(cpu_features().avx_vnni).mxfp4;

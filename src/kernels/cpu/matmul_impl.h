@@ -21,6 +21,21 @@
 //   each 128-column block of weights, once per weight vector, before the FMAs), so
 //   an FP8 matmul is bitwise the F32 matmul of the dequantized weight on each ISA.
 //
+// BF16 weights with bf16 activations (AVX512-BF16 CPUs, when the call asks for
+// them: matmul.h, Bf16Act; matmul_bf16dot_avx512.cpp):
+//   The activations are rounded to bf16 once per call, per token row (round to
+//   nearest even, as vcvtne2ps2bf16 does: denormals flushed to zero), zero-padded
+//   to a multiple of 32. Every output owns one 16-lane accumulator starting at +0;
+//   for each 32-element chunk k of the row, in increasing k, one vdpbf16ps adds
+//   W[o, 32k + 2l] * x[32k + 2l] + W[o, 32k + 2l + 1] * x[32k + 2l + 1] to lane l
+//   (the instruction's own fixed rounding: DAZ, FTZ, round to nearest even; the
+//   products of two bf16 are exact in f32). The last partial chunk loads the
+//   weights masked (zeros) against the zero padding. Then the AVX-512 tree. The
+//   GEMV and GEMM tiles issue exactly this sequence per output, so the contract
+//   holds; what changes against the f32-activation kernels is the value of the
+//   product (x rounded to 8 significant bits), which matmul_bf16_activations()
+//   reports so callers and tests know which product they get.
+//
 // MXFP4 weights (int8 dot products, identical bits on every ISA):
 //   Activations are quantized per token row, per 32-block b: s_b = amax_b / 127,
 //   q_i = round_nearest_even(x_i * (127 / amax_b)) (int8, |q| <= 127); all-zero
@@ -84,6 +99,8 @@ struct Args {
   int64_t rowblock_bytes = 0;       // GEMM: weights kept in L2 per block of rows (0: all)
   int64_t w_row_bytes = 0;          // bytes of one weight row, scales included
   int prefetch = 0;              // GEMV prefetch distance, bytes per row
+  const uint16_t* xb = nullptr;  // bf16 activations [n_tokens][xb_stride] (DtypeKernels::bf16_act)
+  int64_t xb_stride = 0;         // elements per token row: `in` rounded up to 32, zero-padded
 };
 
 // Computes y[t, o] for all t and o in [r0, r1).
@@ -126,6 +143,8 @@ struct Gemm {
 // version performs the same IEEE operations (matmul_impl.h), so the same bits.
 using MxQuantRowFn = void (*)(const float* x, int64_t in, int64_t nbp, const uint8_t* inv_order,
                               int8_t* q, float* s, int32_t* sum12);
+// Rounds one token row of activations to bf16 into dst[stride] (zero-padded past in).
+using Bf16RowFn = void (*)(const float* x, int64_t in, int64_t stride, uint16_t* dst);
 
 // The kernels of one weight dtype on one ISA: either a plain RowsFn (scalar, no
 // tunables) or tile variants a KernelConfig chooses between. Element 0 of each
@@ -138,11 +157,14 @@ struct DtypeKernels {
   // natural order); the activation quantizer stores s and sum12 in this order.
   const uint8_t* mx_order = nullptr;
   MxQuantRowFn mx_quant = nullptr;  // MXFP4 only; null: the portable (SSE2) quantizer
+  // BF16 only: the kernels read bf16 activations (Args::xb), made by this per row.
+  Bf16RowFn bf16_act = nullptr;
   bool ok() const { return rows || (!gemv.empty() && !gemm.empty()); }
 };
 
 struct Kernels {
   DtypeKernels f32, bf16, mxfp4, fp8;
+  DtypeKernels bf16_dot;  // BF16 weights x bf16 activations; !ok() where the CPU has none
 };
 
 // Tiles chosen for one call.
@@ -229,6 +251,8 @@ constexpr Gemm gemm_of() {
 Kernels scalar_kernels();
 Kernels avx2_kernels(bool avx_vnni);  // avx_vnni: use AVX-VNNI for the MXFP4 int8 dots
 Kernels avx512_kernels();  // MXFP4 needs AVX512-VNNI, else it takes AVX2's
+// The BF16 kernels over bf16 activations (needs AVX512-BF16).
+DtypeKernels avx512_bf16dot_kernels();
 
 // MXFP4 weight scale byte -> 2^(e-127), 0xFF -> NaN, and 0 (2^-127, a subnormal) -> 0:
 // the scalar form of what every kernel computes. Flushing costs nothing numerically
@@ -244,7 +268,8 @@ inline float mx_scale(uint8_t e) {
 
 // Runs one matmul with explicit kernels and config (the dispatcher's core; tests
 // use it to reach kernel variants the dispatcher would not pick on this CPU).
+// bf16_act: BF16 weights take k.bf16_dot (bf16 activations) when it exists.
 void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w,
-                 int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg);
+                 int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg, bool bf16_act = false);
 
 }  // namespace mx::matmul_detail
