@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/generate.h"
+#include "kernels/cpu/matmul.h"
 #include "models/model.h"
 #include "models/synthetic.h"
 
@@ -26,12 +27,17 @@ int main(int argc, char** argv) {
   std::string dir = "build/models/qwen3-medium-bf16";
   int prompt_len = 128, tokens = 64;
   bool verify_costs = false;
+  const char* usage = "usage: bench_decode [MODEL_DIR|FILE] [--prompt N] [--tokens N] [--verify-costs]\n";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) prompt_len = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--verify-costs")) verify_costs = true;
+    else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return std::printf("%s", usage), 0;
+    else if (argv[i][0] == '-') return std::fprintf(stderr, "bench_decode: unknown option %s\n%s", argv[i], usage), 2;
     else dir = argv[i];
   }
+  if (prompt_len < 1 || tokens < 2)
+    return std::fprintf(stderr, "bench_decode: --prompt must be >= 1 and --tokens >= 2\n%s", usage), 2;
   try {
     // A file (.gguf, llama2.c .bin) is loaded as is; a directory without config.json gets the default model.
     if (!std::filesystem::is_regular_file(dir) && !std::filesystem::exists(std::filesystem::path(dir) / "config.json")) {
@@ -53,8 +59,10 @@ int main(int argc, char** argv) {
     GenerateResult r = generate(*model, prompt, o);
     const double decode_tps = (r.tokens.size() - 1) / r.decode_seconds;
     const double bytes_per_token = double(model->bytes_per_token());  // MoE: the selected experts only
-    std::printf("model: %s, %lld parameters, isa %s, %d threads\n", c.architecture.c_str(),
-                (long long)model->parameter_count(), isa_name(best_isa()), global_pool().size());
+    std::printf("model: %s, %lld parameters, isa %s, %d threads, bf16 activations %s\n", c.architecture.c_str(),
+                (long long)model->parameter_count(), isa_name(best_isa()), global_pool().size(),
+                matmul_bf16_activations(best_isa()) ? "on" : "off");
+    std::printf("cpu: %s (%s; %s)\n", cpu_model_name().c_str(), cpu_key().c_str(), cpu_features_string().c_str());
     std::printf("prefill: %d tokens in %.3f s = %.1f tok/s\n", r.prompt_tokens, r.prefill_seconds,
                 r.prompt_tokens / r.prefill_seconds);
     std::printf("decode: %zu tokens in %.3f s = %.2f tok/s (%.1f GB/s of weights streamed)\n",

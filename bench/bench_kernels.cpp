@@ -237,4 +237,15 @@ BENCHMARK(BM_StreamTriad)->UseRealTime();
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // The machine next to every figure (BENCHMARKS.md quotes them).
+  benchmark::AddCustomContext("cpu", cpu_model_name() + " (" + cpu_key() + ")");
+  benchmark::AddCustomContext("isa", std::string(isa_name(best_isa())) + ", features " + cpu_features_string());
+  benchmark::AddCustomContext("bf16_activations", matmul_bf16_activations(best_isa()) ? "on" : "off");
+  benchmark::AddCustomContext("threads", std::to_string(pool().size()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

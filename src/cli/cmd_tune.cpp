@@ -23,7 +23,7 @@ namespace {
 
 struct TuneArgs {
   std::string model, out, shapes, dtypes, isas;
-  bool synthetic = false, defaults = false, replace = false, verbose = false;
+  bool synthetic = false, defaults = false, replace = false, verbose = false, any_cpu = false;
   int threads = 0;
   double min_ms = 10;
   TuneOptions opts;
@@ -67,6 +67,9 @@ Command add_tune(CLI::App& app) {
   s->add_option("--isas", a->isas, "ISAs to tune: scalar,avx2,avx512 (default: every one this CPU has)");
   s->add_flag("--defaults", a->defaults, "Also write the generic default entry of each (isa, dtype)");
   s->add_flag("--replace", a->replace, "Overwrite --out instead of merging into it");
+  s->add_flag("--any-cpu", a->any_cpu,
+              "Write entries for any CPU with the ISA (the committed table's fallback) instead of for this "
+              "machine's vendor / family / model only");
   s->add_option("--min-ms", a->min_ms, "Milliseconds of timing per candidate set")
       ->check(CLI::Range(0.1, 60000.0))
       ->capture_default_str();
@@ -94,6 +97,9 @@ Command add_tune(CLI::App& app) {
             }
             std::vector<TunedEntry> entries;
             ThreadPool& pool = global_pool();
+            const std::string cpu = a->any_cpu ? "" : cpu_key();
+            fmt::print(stderr, "tune: CPU {} ({}), entries for {}\n", cpu_model_name(), cpu_key(),
+                       cpu.empty() ? "any CPU with the ISA" : "this machine's key " + cpu);
             if (a->synthetic) {
               std::vector<TuneShape> shapes = synthetic_shapes();
               if (!a->shapes.empty()) {
@@ -107,7 +113,7 @@ Command add_tune(CLI::App& app) {
                 }
               }
               if (dtypes.empty()) dtypes = {DType::F32, DType::BF16, DType::MXFP4, DType::F8_E4M3};
-              entries = tune_entries(isas, dtypes, shapes, a->defaults, pool, a->opts);
+              entries = tune_entries(isas, dtypes, shapes, a->defaults, pool, a->opts, cpu);
             } else {
               // Per dtype the model uses, its shapes.
               std::map<DType, std::vector<TuneShape>> by_dtype;
@@ -116,13 +122,13 @@ Command add_tune(CLI::App& app) {
                   by_dtype[dt].push_back(sh);
               MX_CHECK(!by_dtype.empty(), "tune: {} runs no matmul of the requested dtypes", a->model);
               for (const auto& [dt, shapes] : by_dtype) {
-                auto e = tune_entries(isas, {dt}, shapes, a->defaults, pool, a->opts);
+                auto e = tune_entries(isas, {dt}, shapes, a->defaults, pool, a->opts, cpu);
                 entries.insert(entries.end(), e.begin(), e.end());
               }
             }
             std::vector<TunedEntry> base;
-            std::string about = fmt::format("Written by mxserve tune ({} threads, CPU {}).", pool.size(),
-                                            cpu_features_string());
+            std::string about = fmt::format("Written by mxserve tune ({} threads, CPU {} ({}), {}).", pool.size(),
+                                            cpu_model_name(), cpu_key(), cpu_features_string());
             if (!a->replace && std::filesystem::exists(a->out)) base = load_kernel_configs(a->out, &about);
             const auto merged = merge_kernel_configs(std::move(base), entries);
             std::ofstream f(a->out, std::ios::binary | std::ios::trunc);

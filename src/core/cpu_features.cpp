@@ -93,6 +93,42 @@ Isa best_isa() {
   return isa;
 }
 
+const std::string& cpu_key() {
+  static const std::string key = [] {
+    if (const char* e = std::getenv("MXSERVE_CPU_KEY")) return std::string(e);
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return std::string("unknown");
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    const std::string v = !std::strcmp(vendor, "AuthenticAMD") ? "amd"
+                          : !std::strcmp(vendor, "GenuineIntel") ? "intel"
+                                                                 : "other";
+    __get_cpuid(1, &a, &b, &c, &d);
+    const unsigned base_family = (a >> 8) & 0xF, base_model = (a >> 4) & 0xF;
+    const unsigned family = base_family == 0xF ? base_family + ((a >> 20) & 0xFF) : base_family;
+    const unsigned model =
+        base_family == 0x6 || base_family == 0xF ? (((a >> 16) & 0xF) << 4) + base_model : base_model;
+    return v + "-f" + std::to_string(family) + "-m" + std::to_string(model);
+  }();
+  return key;
+}
+
+const std::string& cpu_model_name() {
+  static const std::string name = [] {
+    unsigned r[12] = {};
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000000, &a, &b, &c, &d) || a < 0x80000004) return std::string("unknown");
+    for (unsigned i = 0; i < 3; ++i) __get_cpuid(0x80000002 + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+    std::string s(reinterpret_cast<const char*>(r), 48);
+    s = s.c_str();  // up to the first NUL
+    const size_t first = s.find_first_not_of(' '), last = s.find_last_not_of(' ');
+    return first == std::string::npos ? std::string("unknown") : s.substr(first, last - first + 1);
+  }();
+  return name;
+}
+
 std::string cpu_features_string() {
   const auto& f = cpu_features();
   std::string s;

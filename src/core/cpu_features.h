@@ -26,4 +26,13 @@ const char* isa_name(Isa);
 std::optional<Isa> isa_from_name(std::string_view name);
 std::string cpu_features_string();
 
+// The machine, for keying tuned kernel configs (kernels/registry.h): vendor,
+// family and model from CPUID leaf 1 (display family and model, extended fields
+// included, as the Intel SDM and AMD's CPUID specification define them), e.g.
+// "amd-f26-m2" (Zen 5) or "intel-f6-m143" (Sapphire Rapids). MXSERVE_CPU_KEY
+// overrides it (tests; a machine that should use another one's table).
+const std::string& cpu_key();
+// The CPUID brand string, e.g. "AMD EPYC 9R45" (what lscpu calls Model name).
+const std::string& cpu_model_name();
+
 }  // namespace mx

@@ -17,7 +17,7 @@ extern const char kTunedConfigsJson[];  // generated from kernels/cpu/tuned_conf
 
 namespace {
 
-auto sort_key(const TunedEntry& e) { return std::make_tuple(e.op, int(e.isa), int(e.dtype), e.out, e.in); }
+auto sort_key(const TunedEntry& e) { return std::make_tuple(e.op, int(e.isa), int(e.dtype), e.out, e.in, e.cpu); }
 
 std::mutex g_mu;
 std::vector<std::string> g_files;
@@ -74,7 +74,8 @@ std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::s
       c.prefetch = e.at("prefetch").get<int>();
       c.chunk_kib = e.at("chunk_kib").get<int>();
       c.rowblock_kib = e.at("rowblock_kib").get<int>();
-      t.note = e.value("note", "");
+      if (e.contains("note")) t.note = e.at("note").get<std::string>();
+      if (e.contains("cpu")) t.cpu = e.at("cpu").get<std::string>();
       MX_CHECK(!t.op.empty() && t.out >= 0 && t.in >= 0 && (t.out == 0) == (t.in == 0), "{}: bad op or shape",
                where);
       MX_CHECK(c.gemv_rows >= 1 && c.gemv_rows <= 64 && c.tile_tokens >= 1 && c.tile_tokens <= 16 &&
@@ -101,6 +102,7 @@ std::string write_kernel_configs(const std::vector<TunedEntry>& entries, const s
         "\"tile_tokens\": {}, \"tile_rows\": {}, \"prefetch\": {}, \"chunk_kib\": {}, \"rowblock_kib\": {}",
         nlohmann::json(e.op).dump(), dtype_name(e.dtype), e.out, e.in, isa_name(e.isa), c.gemv_rows, c.tile_tokens,
         c.tile_rows, c.prefetch, c.chunk_kib, c.rowblock_kib);
+    if (!e.cpu.empty()) o += fmt::format(", \"cpu\": {}", nlohmann::json(e.cpu).dump());
     if (!e.note.empty()) o += fmt::format(", \"note\": {}", nlohmann::json(e.note).dump());
     o += i + 1 < entries.size() ? "},\n" : "}\n";
   }

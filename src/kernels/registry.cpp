@@ -44,9 +44,9 @@ class Registry {
     return r;
   }
 
+  // Runs once per distinct key (entry() caches it), so a scan is cheap enough.
   const KernelConfig* find(std::string_view op, DType dt, int64_t out, int64_t in, Isa isa) const {
-    auto it = table_.find(key_string(op, dt, out, in, isa));
-    return it == table_.end() ? nullptr : it->second;
+    return find_kernel_config(tuned_table(), cpu_key(), op, dt, out, in, isa);
   }
 
   KernelConfig fallback(std::string_view op, DType dt, Isa isa) const {
@@ -90,12 +90,8 @@ class Registry {
   }
 
  private:
-  Registry() {
-    for (const TunedEntry& t : tuned_table())
-      table_[key_string(t.op, t.dtype, t.out, t.in, t.isa)] = &t.cfg;
-  }
+  Registry() = default;
 
-  std::unordered_map<std::string, const KernelConfig*> table_;  // immutable after construction
   std::mutex mu_;
   std::deque<Entry> store_;  // stable addresses
   std::unordered_map<std::string, Entry*> entries_;
@@ -132,6 +128,17 @@ const KernelConfig& kernel_config(std::string_view op, DType dtype, int64_t out,
            key_string(op, dtype, out, in, isa));
   }
   return e->cfg;
+}
+
+const KernelConfig* find_kernel_config(std::span<const TunedEntry> table, std::string_view cpu, std::string_view op,
+                                       DType dtype, int64_t out, int64_t in, Isa isa) {
+  const KernelConfig* any = nullptr;
+  for (const TunedEntry& e : table)
+    if (e.op == op && e.dtype == dtype && e.out == out && e.in == in && e.isa == isa) {
+      if (e.cpu == cpu) return &e.cfg;
+      if (e.cpu.empty()) any = &e.cfg;
+    }
+  return any;
 }
 
 const KernelConfig* find_tuned_config(std::string_view op, DType dtype, int64_t out, int64_t in,

@@ -7,6 +7,12 @@
 // out = in = 0). Files named by --kernel-configs / MXSERVE_KERNEL_CONFIGS
 // (':'-separated) are read on top of it; their entries replace the same keys.
 //
+// Entries are per machine where measured so: an entry with "cpu" set (cpu_key(),
+// e.g. "amd-f26-m2") applies only on that vendor / family / model, and is
+// preferred there over the entry without one (any CPU with that ISA), which stays
+// the fallback. Kernels run alike on every machine of an ISA; the best tile and
+// prefetch distance do not (L2 size, load ports, memory latency differ).
+//
 // A config only regroups the outputs a kernel computes at once and where it
 // prefetches; it never changes any output's arithmetic (matmul_impl.h), so the
 // batch-invariance contract holds whichever config a shape gets.
@@ -50,6 +56,7 @@ struct TunedEntry {
   Isa isa;
   KernelConfig cfg;
   std::string note;  // e.g. the measured GB/s, for people reading the file
+  std::string cpu;   // cpu_key() of the machine it is for; "" = any CPU with this ISA
 };
 
 // The table in effect: the committed one, then the extra files.
@@ -68,7 +75,7 @@ std::vector<TunedEntry> load_kernel_configs(const std::string& path, std::string
 // Weight dtype names in config files: the safetensors spellings plus "MXFP4".
 std::optional<DType> kernel_dtype_from_name(std::string_view name);
 std::string write_kernel_configs(const std::vector<TunedEntry>& entries, const std::string& about);
-// Entries of `base` with those of `over` replacing equal keys, sorted by (op, isa, dtype, out, in).
+// Entries of `base` with those of `over` replacing equal keys, sorted by (op, isa, dtype, out, in, cpu).
 std::vector<TunedEntry> merge_kernel_configs(std::vector<TunedEntry> base, const std::vector<TunedEntry>& over);
 
 // The config to run (op, dtype, out, in) with on isa. Untuned shapes: see above.
@@ -76,10 +83,15 @@ const KernelConfig& kernel_config(std::string_view op, DType dtype, int64_t out,
                                   Isa isa);
 
 // Pure queries, no warning or counting: the table's entry for exactly this shape
-// (nullptr if none), and the generic default used for shapes not in the table.
+// on this machine (its cpu_key()'s entry, else the ISA's; nullptr if none), and the
+// generic default used for shapes not in the table.
 const KernelConfig* find_tuned_config(std::string_view op, DType dtype, int64_t out, int64_t in,
                                       Isa isa);
 KernelConfig default_kernel_config(std::string_view op, DType dtype, Isa isa);
+// The lookup rule on a given table and machine key: cpu's entry, else the one
+// without a cpu, else nullptr.
+const KernelConfig* find_kernel_config(std::span<const TunedEntry> table, std::string_view cpu, std::string_view op,
+                                       DType dtype, int64_t out, int64_t in, Isa isa);
 
 void set_strict_kernels(bool strict);
 bool strict_kernels();

@@ -31,10 +31,10 @@ bool isa_ok(Isa isa) {
 }
 
 TEST(Registry, TableEntriesAreUniqueAndImplemented) {
-  std::set<std::tuple<std::string, int, int64_t, int64_t, int>> seen;
+  std::set<std::tuple<std::string, int, int64_t, int64_t, int, std::string>> seen;
   size_t shaped = 0;
   for (const TunedEntry& e : tuned_table()) {
-    EXPECT_TRUE(seen.insert({e.op, int(e.dtype), e.out, e.in, int(e.isa)}).second)
+    EXPECT_TRUE(seen.insert({e.op, int(e.dtype), e.out, e.in, int(e.isa), e.cpu}).second)
         << "duplicate " << e.op << " " << dtype_name(e.dtype) << " " << e.out << "x" << e.in;
     shaped += e.out != 0;
     if (!isa_ok(e.isa)) continue;
@@ -153,6 +153,33 @@ TEST(KernelConfigs, JsonRoundTripsAndMergesByKey) {
   ASSERT_EQ(merged.size(), 2u);
   EXPECT_EQ(merged[0].cfg.gemv_rows, 8);
   EXPECT_EQ(merged[1].out, 1280);
+}
+
+// An entry measured on one machine (vendor / family / model) applies there, and
+// only there, ahead of the ISA's entry; it round-trips through the file format.
+TEST(KernelConfigs, MachineEntriesWinOnTheirMachineOnly) {
+  auto e = parse_kernel_configs(kOneEntry, "test");
+  TunedEntry mine = e[0];
+  mine.cpu = "amd-f26-m2";
+  mine.cfg.gemv_rows = 8;
+  const auto table = merge_kernel_configs(e, {mine});
+  ASSERT_EQ(table.size(), 2u);
+  const auto again = parse_kernel_configs(write_kernel_configs(table, "a"), "t");
+  ASSERT_EQ(again.size(), 2u);
+  auto find = [&](std::string_view cpu) {
+    return find_kernel_config(again, cpu, "matmul", DType::BF16, 640, 320, Isa::Avx2);
+  };
+  ASSERT_NE(find("amd-f26-m2"), nullptr);
+  EXPECT_EQ(find("amd-f26-m2")->gemv_rows, 8);
+  ASSERT_NE(find("intel-f6-m143"), nullptr);
+  EXPECT_EQ(find("intel-f6-m143")->gemv_rows, 4);
+  EXPECT_EQ(find_kernel_config(again, "amd-f26-m2", "matmul", DType::BF16, 640, 321, Isa::Avx2), nullptr);
+  // Without the ISA's entry, another machine has none.
+  EXPECT_EQ(find_kernel_config(std::vector<TunedEntry>{mine}, "intel-f6-m143", "matmul", DType::BF16, 640, 320,
+                               Isa::Avx2),
+            nullptr);
+  EXPECT_FALSE(cpu_key().empty());
+  EXPECT_FALSE(cpu_model_name().empty());
 }
 
 TEST(KernelConfigs, BadFilesAreClearErrors) {

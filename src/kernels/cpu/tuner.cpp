@@ -156,8 +156,14 @@ TuneResult tune_matmul(Isa isa, DType dt, TuneShape s, ThreadPool& pool, const T
   std::vector<KernelConfig> cands = matmul_candidates(isa, dt);
   TuneResult res;
   res.cfg = cands.empty() ? KernelConfig{} : cands[0];
+  res.before = res.cfg;
   if (cands.size() <= 1) return res;
+  // The config in effect goes first: it is the one to beat.
+  const KernelConfig* tuned = find_tuned_config("matmul", dt, s.out, s.in, isa);
+  const KernelConfig cur = tuned ? *tuned : default_kernel_config("matmul", dt, isa);
+  if (auto it = std::find(cands.begin(), cands.end(), cur); it != cands.end()) std::rotate(cands.begin(), it, it + 1);
   const KernelConfig def = cands[0];
+  res.before = def;
   // GEMV candidates: distinct (gemv_rows, prefetch) with the default GEMM tile.
   std::vector<KernelConfig> gv, gm;
   for (const KernelConfig& c : cands) {
@@ -188,9 +194,14 @@ TuneResult tune_matmul(Isa isa, DType dt, TuneShape s, ThreadPool& pool, const T
   // Weight bytes actually streamed per call: data plus scales.
   const Tensor& w0 = ws[0].t.t;
   res.gemv_gbs = double(w0.storage_bytes()) / best[bi] / 1e9;
+  res.gemv_gbs_before = double(w0.storage_bytes()) / best[0] / 1e9;
   // GEMM tiles with the chosen GEMV settings, warm weights.
   for (const KernelConfig& c : cands)
     if (same_gemv(c, chosen)) gm.push_back(c);
+  // The config in effect's GEMM fields first (the one to beat; 64 tokens take the
+  // GEMM tiles, so the GEMV fields do not change this time).
+  for (size_t k = 0; k < gm.size(); ++k)
+    if (same_gemm(gm[k], def)) std::rotate(gm.begin(), gm.begin() + long(k), gm.begin() + long(k) + 1);
   ws.resize(1);
   const std::vector<double> bm = time_interleaved(gm.size(), [&](size_t k) {
     matmul_with_config(isa, gm[k], y.data(), x.data(), ws[0].t.t, n_gemm, pool);
@@ -201,14 +212,16 @@ TuneResult tune_matmul(Isa isa, DType dt, TuneShape s, ThreadPool& pool, const T
                  s.out, s.in, gm[k].tile_tokens, gm[k].tile_rows, gm[k].chunk_kib, gm[k].rowblock_kib, bm[k] * 1e6);
   const size_t mi = pick(bm);
   res.cfg = gm[mi];
-  res.gemm_gflops = 2.0 * double(s.out) * double(s.in) * double(n_gemm) / bm[mi] / 1e9;
+  const double flops = 2.0 * double(s.out) * double(s.in) * double(n_gemm);
+  res.gemm_gflops = flops / bm[mi] / 1e9;
+  res.gemm_gflops_before = flops / bm[0] / 1e9;
   return res;
 }
 
 
 std::vector<TunedEntry> tune_entries(const std::vector<Isa>& isas, const std::vector<DType>& dtypes,
                                      const std::vector<TuneShape>& shapes, bool with_defaults, ThreadPool& pool,
-                                     const TuneOptions& opts) {
+                                     const TuneOptions& opts, const std::string& cpu) {
   std::vector<TunedEntry> out;
   for (Isa isa : isas)
     for (DType dt : dtypes) {
@@ -217,16 +230,26 @@ std::vector<TunedEntry> tune_entries(const std::vector<Isa>& isas, const std::ve
         fmt::print(stderr, "tune: {} {}: not available on this CPU, skipped\n", isa_name(isa), dtype_name(dt));
         continue;
       }
-      if (with_defaults) out.push_back({"matmul", dt, 0, 0, isa, cands[0], ""});
+      if (with_defaults) out.push_back({"matmul", dt, 0, 0, isa, cands[0], "", cpu});
       for (TuneShape s : shapes) {
         if (dt == DType::MXFP4 && s.in % 32) continue;  // not representable
         const TuneResult r = tune_matmul(isa, dt, s, pool, opts);
         std::string note = cands.size() > 1
                                ? fmt::format("gemv {:.1f} GB/s, gemm64 {:.0f} GFLOP/s", r.gemv_gbs, r.gemm_gflops)
                                : "";
-        fmt::print(stderr, "tune: {} {} [out={}, in={}]: {}\n", isa_name(isa), dtype_name(dt), s.out, s.in,
-                   note.empty() ? "default (nothing to tune)" : note);
-        out.push_back({"matmul", dt, s.out, s.in, isa, r.cfg, note});
+        if (note.empty()) {
+          fmt::print(stderr, "tune: {} {} [out={}, in={}]: default (nothing to tune)\n", isa_name(isa),
+                     dtype_name(dt), s.out, s.in);
+        } else {
+          auto pct = [](double now, double was) { return was > 0 ? (now / was - 1) * 100 : 0.0; };
+          fmt::print(stderr,
+                     "tune: {} {} [out={}, in={}]: gemv {:.1f} -> {:.1f} GB/s ({:+.0f}%), gemm64 {:.0f} -> {:.0f} "
+                     "GFLOP/s ({:+.0f}%){}\n",
+                     isa_name(isa), dtype_name(dt), s.out, s.in, r.gemv_gbs_before, r.gemv_gbs,
+                     pct(r.gemv_gbs, r.gemv_gbs_before), r.gemm_gflops_before, r.gemm_gflops,
+                     pct(r.gemm_gflops, r.gemm_gflops_before), r.cfg == r.before ? " (config kept)" : "");
+        }
+        out.push_back({"matmul", dt, s.out, s.in, isa, r.cfg, note, cpu});
       }
     }
   return out;

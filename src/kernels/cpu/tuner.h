@@ -6,9 +6,11 @@
 // over enough weight copies to miss the last-level cache, as decode does, then
 // the GEMM tile (tokens x rows) by 64-token time on cache-warm weights. Calls
 // are timed one by one, candidates interleaved call by call, and each
-// candidate's lower quartile counts; the default wins unless beaten by 3%. So a
-// busy machine skews the choice less (it still skews the GB/s and GFLOP/s
-// reported). Scalar kernels have nothing to tune: they get the default.
+// candidate's lower quartile counts; the config in effect now (the registry's
+// entry for this machine, else the generic default) wins unless beaten by 3%.
+// So a busy machine skews the choice less (it still skews the GB/s and GFLOP/s
+// reported), and the result says what it improved over that config. Scalar
+// kernels have nothing to tune: they get the default.
 #include <cstdint>
 #include <vector>
 
@@ -33,6 +35,9 @@ struct TuneOptions {
 struct TuneResult {
   KernelConfig cfg;
   double gemv_gbs = 0, gemm_gflops = 0;
+  // The same figures for the config in effect before tuning.
+  KernelConfig before;
+  double gemv_gbs_before = 0, gemm_gflops_before = 0;
 };
 
 TuneResult tune_matmul(Isa isa, DType dtype, TuneShape shape, ThreadPool& pool, const TuneOptions& opts);
@@ -47,9 +52,11 @@ namespace mx {
 
 // Tunes every (isa, dtype, shape) combination that exists (ISAs this CPU lacks
 // and shapes a dtype cannot hold are skipped, with a line on stderr), plus,
-// when with_defaults, one generic-default entry per (isa, dtype). Progress on stderr.
+// when with_defaults, one generic-default entry per (isa, dtype). Progress on
+// stderr: each shape's figures before and after. cpu: the entries' machine key
+// (cpu_key() for this machine only, "" for any CPU with the ISA).
 std::vector<TunedEntry> tune_entries(const std::vector<Isa>& isas, const std::vector<DType>& dtypes,
                                      const std::vector<TuneShape>& shapes, bool with_defaults, ThreadPool& pool,
-                                     const TuneOptions& opts);
+                                     const TuneOptions& opts, const std::string& cpu);
 
 }  // namespace mx
