@@ -96,4 +96,23 @@ inline bool have_torch() {
   return run("/usr/bin/python3 -c 'import torch, numpy'").code == 0;
 }
 
+// Running under CI (CI=true, as .ci/run is run): see MXTEST_NEEDS.
+inline bool in_ci() {
+  const char* e = std::getenv("CI");
+  return e && std::string(e) == "true";
+}
+
+// A test that needs part of the environment CI always provides (torch, node,
+// the shared models, MPI, a GPU backend where the build compiles one): outside CI
+// it skips, naming what is missing; under CI=true it fails, so a green CI run
+// cannot hide a test that did not run. Skips for the hardware (an instruction set
+// this CPU lacks) stay GTEST_SKIP.
+#define MXTEST_NEEDS(cond, what)                                                  \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      if (::mxtest::in_ci()) GTEST_FAIL() << "CI must provide this: " << what;   \
+      GTEST_SKIP() << "SKIPPED: " << what;                                       \
+    }                                                                            \
+  } while (0)
+
 }  // namespace mxtest

@@ -25,7 +25,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 SUBSET=${MXSERVE_ASAN_TESTS:-.}
 echo "== test suite under ASan + UBSan (ctest -R '$SUBSET')"
 echo "   (the GPU-backend tests skip here: this build has no HIP-CPU backend; they ran on HIP-CPU in the main build)"
-(cd build-asan && ctest --output-on-failure -j"$(nproc)" --timeout 900 -R "$SUBSET")
+tools/run-ctest.sh build-asan --output-on-failure -j"$(nproc)" --timeout 900 -R "$SUBSET"
 
 echo "== fuzz: ${FUZZ_SECONDS}s per target"
 art=build-asan/fuzz-artifacts

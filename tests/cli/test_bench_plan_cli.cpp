@@ -14,7 +14,7 @@ std::string stories() { return (mxtest::stories260k() / "stories260K.bin").strin
 }  // namespace
 
 TEST(CliBench, LaunchServerBothWorkloads) {
-  if (!mxtest::fs::exists(stories())) GTEST_SKIP() << "stories260K not found";
+  MXTEST_NEEDS(mxtest::fs::exists(stories()), "../shared/models/stories260K");
   mxtest::TempDir d;
   const auto r = run(mxtest::mxserve() + " bench --launch-server --model " + stories() +
                          " --workload aa-single,prefill-heavy --scale 0.005 --concurrency 1,2 --requests 3"
@@ -44,7 +44,7 @@ TEST(CliBench, LaunchServerBothWorkloads) {
 }
 
 TEST(CliBench, InProcessCustomWorkload) {
-  if (!mxtest::fs::exists(stories())) GTEST_SKIP() << "stories260K not found";
+  MXTEST_NEEDS(mxtest::fs::exists(stories()), "../shared/models/stories260K");
   mxtest::TempDir d;
   const auto r = run(mxtest::mxserve() + " bench --in-process --model " + stories() +
                          " --workload custom --input-len uniform:20:40 --output-len 4 --request-rate 50"
@@ -60,7 +60,7 @@ TEST(CliBench, InProcessCustomWorkload) {
 // Against `mxserve serve` by URL, no --vocab: the server's /v1/models says its
 // vocabulary (and the model's name), so the bench needs nothing else.
 TEST(CliBench, UrlAgainstOurServerNeedsNoVocab) {
-  if (!mxtest::fs::exists(stories())) GTEST_SKIP() << "stories260K not found";
+  MXTEST_NEEDS(mxtest::fs::exists(stories()), "../shared/models/stories260K");
   mxtest::TempDir d;
   const std::string log = d / "serve.log";
   mxtest::spit(d / "run.sh",

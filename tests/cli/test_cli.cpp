@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/backend.h"
+#include "kernels/gpu_test_util.h"
 #include "test_util.h"
 
 namespace {
@@ -62,9 +63,7 @@ TEST(Cli, GenerateOnEveryBackendGivesTheCpuIds) {
     runs.push_back({d, std::string(arch) == "glm4_moe" || std::string(arch) == "deepseek_v3"
                            ? " --speculative mtp --spec-steps 2" : ""});
   }
-  std::vector<std::string> gpus;
-  for (const std::string& k : mx::compiled_backends())
-    if (k != "cpu" && mx::backend_device_count(k) > 0) gpus.push_back(k);
+  const std::vector<std::string> gpus = mxtest::gpu_backends();
   for (const auto& [model, extra] : runs) {
     const std::string g = bin() + " generate --model " + model +
                           " --prompt-ids '1 5 9 2' --max-tokens 24 --temperature 0 --print-ids" + extra;
@@ -77,7 +76,7 @@ TEST(Cli, GenerateOnEveryBackendGivesTheCpuIds) {
       EXPECT_EQ(r.out, cpu.out) << model << " on " << k;
     }
   }
-  if (gpus.empty()) GTEST_SKIP() << "no GPU backend with a device (CI builds HIP-CPU); the CPU runs passed";
+  MXTEST_NEEDS_GPU_BACKEND(gpus);  // (the CPU runs above passed)
 }
 
 // stories260K finds its llama2.c tokenizer (tok512.bin) beside it: a text prompt

@@ -479,11 +479,7 @@ TEST(Backend, ClearErrors) {
 
 TEST(GpuBackend, EveryOpMatchesTheCpuBackend) {
   const std::vector<std::string> gpus = mxtest::gpu_backends();
-  if (gpus.empty()) {
-    std::string compiled;
-    for (const std::string& k : compiled_backends()) compiled += " " + k;
-    GTEST_SKIP() << "no GPU device (backends compiled in:" << compiled << ")";
-  }
+  MXTEST_NEEDS_GPU_BACKEND(gpus);
   auto cpu = make_backend("cpu");
   const Results want = [&] {
     const mxtest::F32Activations f32_products;  // what the GPU kernels compute

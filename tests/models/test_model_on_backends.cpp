@@ -80,7 +80,7 @@ class ModelOnBackends : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ModelOnBackends, EngineOnGpuGivesTheCpuTokens) {
   const auto gpus = gpu_backends();
-  if (gpus.empty()) GTEST_SKIP() << "no GPU backend with a device in this build (CI builds HIP-CPU)";
+  MXTEST_NEEDS_GPU_BACKEND(gpus);
   const Case& c = GetParam();
   const std::string dir = model_dir(c.arch);
   // 40 blocks of 16 slots cannot hold 16 sequences of up to 52 tokens: the engine preempts.
@@ -168,7 +168,7 @@ TEST(DummyLoad, BindsWhatACheckpointHolds) {
 
 TEST(DummyLoad, SameModelOnEveryBackend) {
   const auto gpus = gpu_backends();
-  if (gpus.empty()) GTEST_SKIP() << "no GPU backend with a device in this build (CI builds HIP-CPU)";
+  MXTEST_NEEDS_GPU_BACKEND(gpus);
   LoadOptions lo;
   lo.load_format = "dummy";
   lo.dummy_dtype = "f32";

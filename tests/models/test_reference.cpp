@@ -26,7 +26,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.arch << "/" << dtype_na
 class Reference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Reference, LogitsAtEveryPositionMatchTorch) {
-  if (!mxtest::have_torch()) GTEST_SKIP() << "SKIPPED: /usr/bin/python3 has no torch (apt-get install python3-torch)";
+  MXTEST_NEEDS(mxtest::have_torch(), "/usr/bin/python3 with torch and numpy (apt-get install python3-torch)");
   const Case c = GetParam();
   mxtest::TempDir d;
   SyntheticSpec spec;
@@ -88,7 +88,7 @@ void expect_rows_close(const nlohmann::json& ref, const float* ours, size_t rows
 }
 
 TEST_P(MoeReference, LogitsAndMtpLogitsMatchTorch) {
-  if (!mxtest::have_torch()) GTEST_SKIP() << "SKIPPED: /usr/bin/python3 has no torch (apt-get install python3-torch)";
+  MXTEST_NEEDS(mxtest::have_torch(), "/usr/bin/python3 with torch and numpy (apt-get install python3-torch)");
   const Case c = GetParam();
   mxtest::TempDir d;
   SyntheticSpec spec;

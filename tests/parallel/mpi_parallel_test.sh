@@ -3,10 +3,15 @@
 # greedy tokens as one process, for the tiny glm4_moe, qwen3_moe and deepseek_v3
 # (MLA); and TP=2 on the HIP backend (HIP-CPU) with host-staged collectives.
 # Usage: mpi_parallel_test.sh path/to/mxserve. Exit 77 (ctest: skipped) when
-# mpirun or the MPI build is missing.
+# mpirun or the MPI build is missing; under CI=true that is a failure instead
+# (CI installs OpenMPI: a skip there would hide a test that did not run).
 set -euo pipefail
 MX=$1
-command -v mpirun >/dev/null || { echo "mpirun not found: skipped"; exit 77; }
+skip() {
+  if [ "${CI:-}" = true ]; then echo "FAIL: CI must provide this: $1"; exit 1; fi
+  echo "skipped: $1"; exit 77
+}
+command -v mpirun >/dev/null || skip "mpirun not found"
 # CI containers run as root; two ranks on a 2-core machine need oversubscribe.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -26,7 +31,7 @@ for arch in glm4_moe qwen3_moe deepseek_v3; do
   for par in "--tp 2" "--ep 2" "--tp 2 --ep 2"; do
     out=$(ASAN_OPTIONS=$RANK_ASAN_OPTIONS timeout 300 mpirun -np 2 --oversubscribe "$MX" generate --model "$TMP/$arch" --prompt-ids "$PROMPT" \
           --max-tokens 24 --temperature 0 --ignore-eos --comm-stats $par 2>"$TMP/err") || {
-      if grep -q "built without MPI" "$TMP/err"; then echo "mxserve built without MPI: skipped"; exit 77; fi
+      if grep -q "built without MPI" "$TMP/err"; then skip "mxserve built without MPI"; fi
       echo "FAIL $arch $par: mpirun failed"; cat "$TMP/err"; fail=1; continue; }
     out=$(echo "$out" | head -1)
     if [ "$out" == "$ref" ]; then

@@ -86,7 +86,7 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Parallel,
 // vocab-parallel tied head, a TP-split MoE and MLA.
 TEST(ParallelModel, TensorParallelOnAGpuBackendGivesOneCpuRanksTokens) {
   const auto gpus = mxtest::gpu_backends();
-  if (gpus.empty()) GTEST_SKIP() << "no GPU backend with a device in this build (CI builds HIP-CPU)";
+  MXTEST_NEEDS_GPU_BACKEND(gpus);
   const std::vector<int32_t> prompt = {1, 17, 42, 99, 5, 250, 3, 8, 77, 123, 64, 2};
   for (const char* arch : {"qwen3", "glm4_moe", "deepseek_v3"}) {
     mxtest::TempDir d;

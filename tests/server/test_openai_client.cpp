@@ -10,11 +10,11 @@
 using namespace mxtest;
 
 TEST(OpenAiClient, OfficialNpmClientWorksAgainstTheServer) {
-  if (run("command -v node").code != 0 || run("command -v npm").code != 0)
-    GTEST_SKIP() << "node and npm are not installed: the openai npm client test cannot run";
+  MXTEST_NEEDS(run("command -v node").code == 0 && run("command -v npm").code == 0,
+               "node and npm (the openai npm client test)");
   const auto v = run("node -p 'process.versions.node.split(\".\")[0]'");
-  if (v.code != 0 || std::atoi(v.out.c_str()) < 20)
-    GTEST_SKIP() << "node " << v.out << " is older than 20, which the openai npm package (v6) requires";
+  MXTEST_NEEDS(v.code == 0 && std::atoi(v.out.c_str()) >= 20,
+               "node 20 or later, which the openai npm package (v6) requires (found " << v.out << ")");
   const fs::path src = source_dir() / "tests" / "server" / "openai_client";
   const fs::path work = fs::path(mxserve()).parent_path() / "openai_client";
   fs::create_directories(work);

@@ -53,7 +53,7 @@ void expect_servers_agree(const std::string& model, const std::vector<std::strin
 }
 
 TEST(ServeOnBackends, GpuServerAnswersAsTheCpuServer) {
-  if (gpu_backends().empty()) GTEST_SKIP() << "no GPU backend with a device in this build (CI builds HIP-CPU)";
+  MXTEST_NEEDS_GPU_BACKEND(gpu_backends());
   TempDir dir;
   mx::SyntheticSpec s;
   s.arch = "glm4_moe";
@@ -65,7 +65,7 @@ TEST(ServeOnBackends, GpuServerAnswersAsTheCpuServer) {
 TEST(ServeOnBackends, DummyWeightsServeTheSameModelOnEveryBackend) {
   // --load-format dummy from config.json alone: the weights are drawn on each
   // backend by the same generator, so the servers answer alike.
-  if (gpu_backends().empty()) GTEST_SKIP() << "no GPU backend with a device in this build (CI builds HIP-CPU)";
+  MXTEST_NEEDS_GPU_BACKEND(gpu_backends());
   TempDir dir;
   mx::SyntheticSpec s;
   s.arch = "deepseek_v3";

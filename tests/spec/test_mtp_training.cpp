@@ -41,7 +41,7 @@ void train_and_decode(const std::string& model, const mxtest::TempDir& d, const 
 }
 
 TEST(MtpTraining, GlmMoeRetrainsItsOwnMtpLayer) {
-  if (!mxtest::have_torch()) GTEST_SKIP() << "SKIPPED: /usr/bin/python3 has no torch (apt-get install python3-torch)";
+  MXTEST_NEEDS(mxtest::have_torch(), "/usr/bin/python3 with torch and numpy (apt-get install python3-torch)");
   mxtest::TempDir d;
   const std::string model = d / "glm";
   ASSERT_EQ(mxtest::run(bin() + " make-test-model --arch glm4_moe --preset tiny --out " + model).code, 0);
@@ -55,13 +55,13 @@ TEST(MtpTraining, GlmMoeRetrainsItsOwnMtpLayer) {
 }
 
 TEST(MtpTraining, Stories260KGetsANewHead) {
-  if (!mxtest::have_torch()) GTEST_SKIP() << "SKIPPED: /usr/bin/python3 has no torch (apt-get install python3-torch)";
+  MXTEST_NEEDS(mxtest::have_torch(), "/usr/bin/python3 with torch and numpy (apt-get install python3-torch)");
   mxtest::TempDir d;
   train_and_decode((mxtest::stories260k() / "stories260K.bin").string(), d, "");
 }
 
 TEST(MtpTraining, ClearErrors) {
-  if (!mxtest::have_torch()) GTEST_SKIP() << "SKIPPED: /usr/bin/python3 has no torch";
+  MXTEST_NEEDS(mxtest::have_torch(), "/usr/bin/python3 with torch and numpy (apt-get install python3-torch)");
   mxtest::TempDir d;
   const std::string stories = (mxtest::stories260k() / "stories260K.bin").string();
   // Data of another model.
