@@ -223,6 +223,8 @@ bool Engine::emit_token(Request& r, int32_t tok, const float* lg) {
   if ((eos && !r.req.ignore_eos) ||
       std::find(r.req.stop_ids.begin(), r.req.stop_ids.end(), tok) != r.req.stop_ids.end())
     reason = "stop";
+  else if (r.req.constraint && (r.req.constraint->accept(tok), r.req.constraint->finished()))
+    reason = "stop";  // the structured output is complete
   else if (int(r.generated.size()) >= r.req.max_tokens || int(r.tokens.size()) >= c.max_position_embeddings)
     reason = "length";
   ev.prompt_tokens = r.n_prompt;
@@ -311,7 +313,8 @@ bool Engine::step() {
   uint64_t generated = 0, rounds = 0, drafted = 0, accepted = 0;
   for (const LogitOwner& o : logit_owner_) {
     Request* r = o.r;
-    const float* lg = logits_.data() + size_t(o.first_row) * V;
+    float* lg = logits_.data() + size_t(o.first_row) * V;
+    TokenConstraint* constraint = r->req.constraint.get();
     if (!all_finite(lg, size_t(o.drafts + 1) * V)) {
       // A NaN in the weights or activations (e.g. one poisoned embedding row):
       // this request fails with an error, the server goes on.
@@ -319,26 +322,32 @@ bool Engine::step() {
       continue;
     }
     if (o.drafts == 0) {
-      int32_t tok;
       try {
-        tok = r->sampler->sample(lg, r->generated);
+        if (constraint) constraint->mask(lg, V);
+        emit_token(*r, r->sampler->sample(lg, r->generated), lg);
       } catch (const std::exception& e) {
         done_.emplace_back(r, std::string("error: ") + e.what());
         continue;
       }
-      emit_token(*r, tok, lg);
       ++generated;
       continue;
     }
-    int emitted = 0;
-    const int a = verify_drafts(
-        *r->sampler, lg, {r->draft.data(), size_t(o.drafts)}, r->draft_q.empty() ? nullptr : r->draft_q.data(),
-        r->generated,
-        [&](int32_t tok, int row) {
-          ++emitted;
-          return emit_token(*r, tok, lg + size_t(row) * V);
-        },
-        verify_scratch_);
+    int emitted = 0, a = 0;
+    try {
+      a = verify_drafts(
+          *r->sampler, lg, {r->draft.data(), size_t(o.drafts)}, r->draft_q.empty() ? nullptr : r->draft_q.data(),
+          r->generated,
+          [&](int32_t tok, int row) {
+            ++emitted;
+            return emit_token(*r, tok, lg + size_t(row) * V);
+          },
+          verify_scratch_,
+          // Each row is masked in the state after the tokens emitted before it.
+          constraint ? PrepareRow([&](int row) { constraint->mask(lg + size_t(row) * V, V); }) : PrepareRow());
+    } catch (const std::exception& e) {
+      done_.emplace_back(r, std::string("error: ") + e.what());
+      continue;
+    }
     // Positions computed..computed+a hold the last token and the accepted
     // drafts; the rejected drafts' KV is dropped.
     r->computed += 1 + std::min(a, emitted);

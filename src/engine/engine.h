@@ -19,6 +19,7 @@
 #include "engine/kv_cache.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampling.h"
+#include "engine/token_constraint.h"
 #include "models/model.h"
 #include "spec/drafter.h"
 #include "spec/verify.h"
@@ -43,6 +44,8 @@ struct GenerationRequest {
   std::vector<int32_t> stop_ids;  // in addition to the model's EOS ids
   bool ignore_eos = false;
   int logprobs = 0;               // return the sampled token's logprob when > 0
+  // Structured output: the tokens allowed next (null: any). Owned by the request.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct TokenEvent {

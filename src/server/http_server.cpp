@@ -92,6 +92,7 @@ struct HttpServer::Impl {
   ServerOptions opts;
   ApiContext ctx;
   std::vector<int32_t> extra_stop_ids;  // tokenizer end-of-generation ids the model config lacks
+  std::unique_ptr<StructuredOutputs> structured;  // response_format (needs the tokenizer)
   std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
   httplib::Server svr;
   int port = -1;
@@ -133,6 +134,10 @@ struct HttpServer::Impl {
   Impl(Engine& e, const Tokenizer* t, ServerOptions o) : engine(e), tok(t), opts(std::move(o)) {
     const ModelConfig& c = engine.config();
     ctx.tokenizer = tok;
+    if (tok) {
+      structured = std::make_unique<StructuredOutputs>(*tok, c.vocab_size);
+      ctx.structured = structured.get();
+    }
     ctx.served_model_name = opts.served_model_name;
     ctx.model_dir = opts.model_dir;
     if (tok)
@@ -188,6 +193,16 @@ struct HttpServer::Impl {
       if (!r.ignore_eos) g.stop_ids.insert(g.stop_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
       g.ignore_eos = r.ignore_eos;
       g.logprobs = r.logprobs ? 1 : 0;
+      if (r.response_format) {
+        // The output may end (EOS) where the format is complete; with ignore_eos it
+        // ends where nothing more can follow.
+        std::vector<int32_t> eos;
+        if (!r.ignore_eos) {
+          eos = engine.config().eos_token_ids;
+          eos.insert(eos.end(), extra_stop_ids.begin(), extra_stop_ids.end());
+        }
+        g.constraint = StructuredOutputs::constraint(r.response_format, std::move(eos));
+      }
       struct Timing {
         Clock::time_point arrival, last;
         bool first = true;

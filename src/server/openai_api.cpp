@@ -54,13 +54,28 @@ json parse_body(const std::string& body) {
 
 ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext& ctx) {
   const json b = parse_body(body);
+  ApiRequest r;
   try {
-    return kind == ApiKind::Chat ? parse_chat_request(b, ctx) : parse_completion_request(b, ctx);
+    r = kind == ApiKind::Chat ? parse_chat_request(b, ctx) : parse_completion_request(b, ctx);
   } catch (const ApiError&) {
     throw;
   } catch (const Error& e) {  // e.g. the tokenizer refusing input
     throw ApiError(400, e.what());
   }
+  if (b.contains("response_format") && !b["response_format"].is_null()) {
+    // Parsed again keeping the members' order: a schema's properties come out in it.
+    const nlohmann::ordered_json rf = nlohmann::ordered_json::parse(body)["response_format"];
+    if (!(rf.is_object() && rf.contains("type") && rf["type"] == "text")) {
+      if (!ctx.structured)
+        throw ApiError(400, "'response_format' needs the model's tokenizer (this server has none)", "response_format");
+      try {
+        r.response_format = ctx.structured->compile(rf);
+      } catch (const Error& e) {
+        throw ApiError(400, e.what(), "response_format");
+      }
+    }
+  }
+  return r;
 }
 
 std::string make_id(const std::string& prefix) {
@@ -393,11 +408,6 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   parse_common(b, ctx, r);
   if (has(b, "tools") && !(b["tools"].is_array() && b["tools"].empty()))
     throw ApiError(400, "'tools' is not supported", "tools");
-  if (has(b, "response_format")) {
-    const json& rf = b["response_format"];
-    if (!rf.is_object() || !rf.contains("type") || rf["type"] != "text")
-      throw ApiError(400, "'response_format' other than {\"type\": \"text\"} is not supported", "response_format");
-  }
   r.logprobs = get_bool(b, "logprobs", false);
   const int64_t top = get_int(b, "top_logprobs", 0);
   if (top < 0 || top > 20) throw ApiError(400, "'top_logprobs' must be an integer in [0, 20]", "top_logprobs");

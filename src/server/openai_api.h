@@ -13,10 +13,12 @@
 //     stream_options, stop, logprobs (bool), top_logprobs (0 only), n (1 only),
 //     seed, temperature, top_p, presence_penalty, frequency_penalty, user;
 //   vLLM-style extensions on both: top_k (0 or -1 = off), min_p,
-//     repetition_penalty, ignore_eos, stop_token_ids.
+//     repetition_penalty, ignore_eos, stop_token_ids;
+//   response_format on both: text, json_object, json_schema (structured
+//     outputs by constrained decoding: server/structured_output.h).
 // Fields that would change the result and are not implemented (n > 1, echo,
-// suffix, logit_bias, tools, response_format other than text, top alternatives
-// in logprobs) are a 400 naming the field; unknown fields are ignored.
+// suffix, logit_bias, tools, top alternatives in logprobs) are a 400 naming the
+// field; unknown fields are ignored.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -25,7 +27,9 @@
 #include <vector>
 
 #include "engine/sampling.h"
+#include "grammar/token_mask.h"
 #include "io/chat_template.h"
+#include "server/structured_output.h"
 
 namespace mx {
 class Tokenizer;
@@ -70,6 +74,8 @@ struct ApiContext {
   // included): a text prompt of B bytes is at least B / (2 * this) tokens, so
   // one that cannot fit is refused before it is tokenized (0: unknown).
   size_t max_token_bytes = 0;
+  // response_format json_object / json_schema (null: refused with a 400).
+  StructuredOutputs* structured = nullptr;
   int kv_capacity = 0;     // tokens one sequence can hold in the KV cache (0: unknown); defaults are cut to it
   ApiLimits limits;
 };
@@ -90,6 +96,8 @@ struct ApiRequest {
   // and for requests with "return_token_ids": true, so token timing can be measured
   // whatever the tokens' text (a token may decode to nothing or half a character).
   bool token_events = false;
+  // response_format's grammar (null: free text); each choice gets its own matcher.
+  std::shared_ptr<grammar::GrammarMasks> response_format;
 };
 
 // Both throw ApiError (400 bad field or a limit of ctx.limits exceeded, 404 unknown model).

@@ -5,11 +5,13 @@
 namespace mx {
 
 int verify_drafts(Sampler& s, const float* rows, std::span<const int32_t> draft, const float* q,
-                  const std::vector<int32_t>& history, const EmitToken& emit, VerifyScratch& sc) {
+                  const std::vector<int32_t>& history, const EmitToken& emit, VerifyScratch& sc,
+                  const PrepareRow& prepare) {
   const int64_t V = s.vocab_size();
   const int k = int(draft.size());
   if (s.params().greedy()) {
     for (int i = 0; i <= k; ++i) {
+      if (prepare) prepare(i);
       const int32_t t = s.sample(rows + i * V, history);
       if (!emit(t, i) || i == k || t != draft[i]) return i;
     }
@@ -18,6 +20,7 @@ int verify_drafts(Sampler& s, const float* rows, std::span<const int32_t> draft,
   sc.p.resize(V);
   sc.w.resize(V);
   for (int i = 0; i < k; ++i) {
+    if (prepare) prepare(i);
     s.probs(rows + i * V, history, sc.p.data());
     const int32_t d = draft[i];
     const float* qi = q ? q + i * V : nullptr;
@@ -39,6 +42,7 @@ int verify_drafts(Sampler& s, const float* rows, std::span<const int32_t> draft,
     emit(sample_categorical(from, s.rng().uniform()), i);
     return i;
   }
+  if (prepare) prepare(k);
   emit(s.sample(rows + k * V, history), k);
   return k;
 }

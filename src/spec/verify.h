@@ -29,6 +29,9 @@ namespace mx {
 
 // Returns true to continue, false when the sequence has finished.
 using EmitToken = std::function<bool(int32_t token, int row)>;
+// Called before row `row` of the logits is read, after the tokens of the rows
+// before it were emitted (a structured-output mask, which depends on them).
+using PrepareRow = std::function<void(int row)>;
 
 struct VerifyScratch {
   std::vector<float> p, w;
@@ -38,6 +41,7 @@ struct VerifyScratch {
 // probabilities or nullptr. Returns how many drafts were accepted (emitted as
 // themselves); at most one more token (correction or bonus) is emitted after them.
 int verify_drafts(Sampler& sampler, const float* rows, std::span<const int32_t> draft, const float* q,
-                  const std::vector<int32_t>& history, const EmitToken& emit, VerifyScratch& scratch);
+                  const std::vector<int32_t>& history, const EmitToken& emit, VerifyScratch& scratch,
+                  const PrepareRow& prepare = {});
 
 }  // namespace mx

@@ -1,0 +1,35 @@
+#pragma once
+// JSON Schema -> grammar (grammar/grammar.h) whose sentences are JSON texts that
+// validate against the schema: what structured outputs constrain decoding to
+// (OpenAI's response_format json_schema; vLLM's guided_json; llama.cpp's
+// json-schema-to-grammar, whose choices this follows where the schema leaves
+// the text open).
+//
+// Supported (JSON Schema 2020-12 keywords): type (one or a list), enum, const,
+// anyOf, oneOf (as anyOf: the alternatives of real schemas are disjoint),
+// allOf of one schema, $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion
+// included); objects: properties, required, additionalProperties (absent means
+// false, as OpenAI's strict mode requires, so the output holds only the listed
+// properties, in the schema's order; true or a schema allows further members);
+// arrays: items, prefixItems, minItems, maxItems; strings: minLength, maxLength,
+// format date, time, date-time, uuid; number, integer, boolean, null.
+// Annotations (title, description, default, examples, $schema, $id, $comment,
+// deprecated, readOnly, writeOnly, strict) are ignored. Anything else (pattern,
+// minimum, multipleOf, other formats, ...) is an mx::Error naming the keyword and
+// where it is, so a request gets a 400 rather than an output that ignores part of
+// its schema.
+//
+// The text is compact JSON with optional whitespace between tokens limited to one
+// space, or a newline and up to 20 spaces of indentation, so a model cannot loop
+// on whitespace forever.
+#include <nlohmann/json.hpp>
+
+#include "grammar/grammar.h"
+
+namespace mx::grammar {
+
+Grammar json_schema_grammar(const nlohmann::ordered_json& schema);
+// response_format {"type": "json_object"}: any JSON object.
+Grammar json_object_grammar();
+
+}  // namespace mx::grammar

@@ -1,0 +1,98 @@
+#include "server/structured_output.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "grammar/json_schema.h"
+#include "io/tokenizer.h"
+
+namespace mx::server {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+constexpr size_t kMaxCachedGrammars = 64;
+
+class GrammarConstraint final : public TokenConstraint {
+ public:
+  GrammarConstraint(std::shared_ptr<grammar::GrammarMasks> g, std::vector<int32_t> eos)
+      : g_(std::move(g)), m_(g_->grammar()), eos_(std::move(eos)) {}
+
+  void mask(float* logits, int64_t vocab) override {
+    const std::shared_ptr<const std::vector<uint8_t>> ok = g_->admitted(m_);
+    const int64_t n = std::min<int64_t>(vocab, int64_t(ok->size()));
+    std::vector<float> keep;
+    const bool may_end = m_.complete();
+    for (int32_t e : eos_) keep.push_back(e >= 0 && e < vocab ? logits[e] : 0.0f);
+    for (int64_t v = 0; v < n; ++v)
+      if (!(*ok)[size_t(v)]) logits[v] = -INFINITY;
+    for (int64_t v = n; v < vocab; ++v) logits[v] = -INFINITY;
+    for (size_t i = 0; i < eos_.size(); ++i)
+      if (eos_[i] >= 0 && eos_[i] < vocab) logits[eos_[i]] = may_end ? keep[i] : -INFINITY;
+  }
+  void accept(int32_t token) override {
+    const grammar::VocabTrie& v = g_->vocab();
+    MX_CHECK(token >= 0 && size_t(token) < v.vocab_size() && !v.piece(token).empty() &&
+                 m_.accept_bytes(v.piece(token)),
+             "structured output: token {} does not continue the required format", token);
+  }
+  bool finished() const override { return m_.must_end(); }
+
+ private:
+  std::shared_ptr<grammar::GrammarMasks> g_;
+  grammar::Matcher m_;
+  std::vector<int32_t> eos_;
+};
+
+}  // namespace
+
+StructuredOutputs::StructuredOutputs(const Tokenizer& tok, int64_t vocab) : tok_(tok), vocab_(vocab) {}
+
+const grammar::VocabTrie& StructuredOutputs::trie() {
+  if (!trie_) {
+    std::vector<std::string> pieces(static_cast<size_t>(vocab_));
+    for (int64_t id = 0; id < vocab_ && id < int64_t(tok_.vocab_size); ++id) {
+      const TokenType t = tok_.token_type(int32_t(id));
+      // Control tokens (end of turn, tool markers ...) are never part of a structured output.
+      if (t == TokenType::Control || t == TokenType::Unknown || t == TokenType::Unused) continue;
+      pieces[size_t(id)] = tok_.token_piece(int32_t(id));
+    }
+    trie_ = std::make_shared<const grammar::VocabTrie>(pieces);
+  }
+  return *trie_;
+}
+
+std::shared_ptr<grammar::GrammarMasks> StructuredOutputs::compile(const ojson& rf) {
+  MX_CHECK(rf.is_object() && rf.contains("type") && rf["type"].is_string(),
+           "'response_format' must be an object with a string 'type'");
+  const std::string type = rf["type"].get<std::string>();
+  if (type == "text") return nullptr;
+  ojson schema;
+  if (type == "json_object") {
+    schema = {{"type", "object"}, {"additionalProperties", true}};
+  } else if (type == "json_schema") {
+    MX_CHECK(rf.contains("json_schema") && rf["json_schema"].is_object(),
+             "response_format json_schema needs a 'json_schema' object");
+    const ojson& js = rf["json_schema"];
+    MX_CHECK(js.contains("schema"), "response_format json_schema needs 'json_schema.schema'");
+    schema = js["schema"];
+  } else {
+    fail("response_format type '{}' is not supported (text, json_object, json_schema)", type);
+  }
+  const std::string key = schema.dump();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  grammar::Grammar g = grammar::json_schema_grammar(schema);
+  trie();
+  auto masks = std::make_shared<grammar::GrammarMasks>(std::move(g), trie_);
+  if (cache_.size() >= kMaxCachedGrammars) cache_.erase(cache_.begin());
+  cache_[key] = masks;
+  return masks;
+}
+
+std::shared_ptr<TokenConstraint> StructuredOutputs::constraint(std::shared_ptr<grammar::GrammarMasks> g,
+                                                               std::vector<int32_t> eos) {
+  return std::make_shared<GrammarConstraint>(std::move(g), std::move(eos));
+}
+
+}  // namespace mx::server
