@@ -92,16 +92,19 @@ class Compiler {
     if (string_ != kNone) return string_;
     return string_ = rule("string", {cat({L("\""), R(chars()), L("\"")})});
   }
-  uint32_t digits() {  // [0-9]*
-    if (digits_ != kNone) return digits_;
-    digits_ = g.add_rule("digits");
-    g.add_alt(digits_, cat({B(ByteSet::range('0', '9')), R(digits_)}));
-    g.add_alt(digits_, {});
-    return digits_;
+  // Up to n digits ([0-9]{0,n}), as a chain of optional ones.
+  uint32_t digits_upto(int n) {
+    if (auto it = digits_.find(n); it != digits_.end()) return it->second;
+    uint32_t r = rule("digits-0", {{}});
+    for (int k = 1; k <= n; ++k) r = rule("digits-" + std::to_string(k), {{}, cat({B(ByteSet::range('0', '9')), R(r)})});
+    return digits_[n] = r;
   }
+  // Numbers are bounded as llama.cpp's json-schema-to-grammar bounds them (an
+  // integral part of at most 16 digits, a fraction of 1 to 16, an exponent of 1 to
+  // 3): a model cannot run on digits until max_tokens.
   uint32_t integer() {
     if (integer_ != kNone) return integer_;
-    const uint32_t int_part = rule("int-part", {L("0"), cat({B(ByteSet::range('1', '9')), R(digits())})});
+    const uint32_t int_part = rule("int-part", {L("0"), cat({B(ByteSet::range('1', '9')), R(digits_upto(15))})});
     const uint32_t neg = rule("neg", {{}, L("-")});
     return integer_ = rule("integer", {cat({R(neg), R(int_part)})});
   }
@@ -111,9 +114,9 @@ class Compiler {
     ByteSet e;
     e.add('e');
     e.add('E');
-    const uint32_t frac = rule("frac", {{}, cat({L("."), d, R(digits())})});
+    const uint32_t frac = rule("frac", {{}, cat({L("."), d, R(digits_upto(15))})});
     const uint32_t sign = rule("exp-sign", {{}, L("+"), L("-")});
-    const uint32_t exp = rule("exp", {{}, cat({B(e), R(sign), d, R(digits())})});
+    const uint32_t exp = rule("exp", {{}, cat({B(e), R(sign), d, R(digits_upto(2))})});
     return number_ = rule("number", {cat({R(integer()), R(frac), R(exp)})});
   }
   uint32_t boolean() {
@@ -150,7 +153,8 @@ class Compiler {
   static constexpr uint32_t kNone = ~uint32_t(0);
   const ojson* root_;
   std::map<std::string, uint32_t> refs_;
-  uint32_t ws_ = kNone, char_ = kNone, chars_ = kNone, string_ = kNone, digits_ = kNone, integer_ = kNone,
+  std::map<int, uint32_t> digits_;
+  uint32_t ws_ = kNone, char_ = kNone, chars_ = kNone, string_ = kNone, integer_ = kNone,
            number_ = kNone, bool_ = kNone, null_ = kNone, value_ = kNone;
   int counter_ = 0;
 
@@ -222,7 +226,7 @@ uint32_t Compiler::string(const ojson& s, const std::string& path) {
       const Seq m60 = cat({B(ByteSet::range('0', '5')), d});
       const uint32_t hour = rule(fresh("hour"), {cat({B(ByteSet::range('0', '1')), d}),
                                                  cat({L("2"), B(ByteSet::range('0', '3'))})});
-      const uint32_t frac = rule(fresh("second-fraction"), {{}, cat({L("."), d, R(digits())})});
+      const uint32_t frac = rule(fresh("second-fraction"), {{}, cat({L("."), d, R(digits_upto(8))})});
       ByteSet pm;
       pm.add('+');
       pm.add('-');

@@ -19,9 +19,10 @@
 // where it is, so a request gets a 400 rather than an output that ignores part of
 // its schema.
 //
-// The text is compact JSON with optional whitespace between tokens limited to one
-// space, or a newline and up to 20 spaces of indentation, so a model cannot loop
-// on whitespace forever.
+// The text is JSON with optional whitespace between tokens limited to one space,
+// or a newline and up to 20 spaces of indentation, and numbers of at most 16
+// integral digits (fraction 16, exponent 3), as llama.cpp's json-schema-to-grammar
+// bounds them, so a model cannot loop on whitespace or digits forever.
 #include <nlohmann/json.hpp>
 
 #include "grammar/grammar.h"

@@ -49,6 +49,7 @@ TEST(JsonSchemaGrammar, AcceptsValidInstancesRejectsInvalidOnes) {
                           R"({"name":"123456789","age":3})",       // maxLength 8
                           R"({"name":"x","age":1.5})",             // integer
                           R"({"name":"x","age":01})",              // leading zero
+                          R"({"name":"x","age":12345678901234567})",  // 17 digits: numbers are bounded
                           R"({"name":"x","age":1,"tags":["c"]})",  // not in the enum
                           R"({"name":"x","age":1,"tags":["a","b","a"]})",  // maxItems 2
                           R"({"name":"x","age":1,"born":"2024-13-01"})",   // no month 13

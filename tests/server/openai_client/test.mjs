@@ -123,4 +123,58 @@ await check('errors: unknown model is NotFoundError, n=2 is BadRequestError', as
   );
 });
 
+const personFormat = {
+  type: 'json_schema',
+  json_schema: {
+    name: 'person', strict: true,
+    schema: {
+      type: 'object',
+      properties: {
+        name: { type: 'string', maxLength: 10 },
+        age: { type: 'integer' },
+        pet: { enum: ['cat', 'dog', null] },
+        langs: { type: 'array', items: { type: 'string', maxLength: 4 }, maxItems: 2 },
+      },
+      required: ['name', 'age', 'pet', 'langs'], additionalProperties: false,
+    },
+  },
+};
+let structured;
+await check('structured output: response_format json_schema gives JSON that fits the schema', async () => {
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'A person, as JSON.' }], max_tokens: 400, temperature: 0,
+    response_format: personFormat,
+  });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  structured = r.choices[0].message.content;
+  const v = JSON.parse(structured);
+  assert.deepEqual(Object.keys(v), ['name', 'age', 'pet', 'langs']);
+  assert.equal(typeof v.name, 'string');
+  assert.ok(Number.isInteger(v.age));
+  assert.ok(['cat', 'dog', null].includes(v.pet));
+  assert.ok(Array.isArray(v.langs) && v.langs.length <= 2);
+});
+
+await check('structured output: streamed, the same text', async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'A person, as JSON.' }], max_tokens: 400, temperature: 0,
+    response_format: personFormat, stream: true,
+  });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(text, structured);
+});
+
+await check('structured output: json_object, and an unsupported keyword is BadRequestError naming it', async () => {
+  const r = await client.completions.create({ model, prompt: '{', max_tokens: 300, temperature: 0.8, seed: 4,
+                                              response_format: { type: 'json_object' } });
+  if (r.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(r.choices[0].text), 'object');
+  else assert.ok(r.choices[0].text.startsWith('{'));
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 5,
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^a+$' } } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format' && /'pattern'/.test(e.message),
+  );
+});
+
 console.log('all openai client checks passed');
