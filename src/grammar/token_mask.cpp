@@ -1,8 +1,13 @@
 #include "grammar/token_mask.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace mx::grammar {
+
+void apply_mask(float* logits, const uint8_t* admitted, int64_t n) {
+  for (int64_t v = 0; v < n; ++v) logits[v] = admitted[v] ? logits[v] : -INFINITY;
+}
 
 VocabTrie::VocabTrie(const std::vector<std::string>& pieces) : pieces_(pieces), vocab_(pieces.size()) {
   nodes_.emplace_back();
@@ -27,18 +32,35 @@ VocabTrie::VocabTrie(const std::vector<std::string>& pieces) : pieces_(pieces), 
   }
 }
 
-void VocabTrie::walk(uint32_t node, const Matcher& m, std::vector<uint8_t>& allowed) const {
-  const ByteSet next = m.next_bytes();
+int VocabTrie::States::id_of(const Matcher& m) {
+  auto [it, fresh] = ids_.emplace(m.stacks(), int(states_.size()));
+  if (fresh) {
+    states_.push_back(m);
+    std::array<int32_t, 256> unknown;
+    unknown.fill(-2);
+    next_.push_back(unknown);
+  }
+  return it->second;
+}
+
+int VocabTrie::States::step(int s, uint8_t b) {
+  if (next_[size_t(s)][b] != -2) return next_[size_t(s)][b];
+  const Matcher after = states_[size_t(s)].accept(b);
+  const int t = after.dead() ? -1 : id_of(after);  // (may grow next_: index again below)
+  next_[size_t(s)][b] = t;
+  return t;
+}
+
+void VocabTrie::walk(uint32_t node, States& st, int s, std::vector<uint8_t>& allowed) const {
   for (const auto& [b, child] : nodes_[node].children) {
-    if (!next.has(b)) continue;
-    const Matcher after = m.accept(b);
-    if (after.dead()) continue;
+    const int t = st.step(s, b);
+    if (t < 0) continue;
     for (int32_t id : nodes_[child].ends) allowed[size_t(id)] = 1;
-    if (!nodes_[child].children.empty()) walk(child, after, allowed);
+    if (!nodes_[child].children.empty()) walk(child, st, t, allowed);
   }
 }
 
-void VocabTrie::admitted(const Matcher& m, std::vector<uint8_t>& allowed) const { walk(0, m, allowed); }
+void VocabTrie::admitted(States& st, int s, std::vector<uint8_t>& allowed) const { walk(0, st, s, allowed); }
 
 GrammarMasks::GrammarMasks(Grammar g, std::shared_ptr<const VocabTrie> vocab, size_t max_cached)
     : g_(std::move(g)), vocab_(std::move(vocab)), max_cached_(std::max<size_t>(max_cached, 1)) {}
@@ -69,8 +91,9 @@ std::shared_ptr<const std::vector<uint8_t>> GrammarMasks::admitted(const Matcher
     ++misses_;
   }
   auto mask = std::make_shared<std::vector<uint8_t>>(vocab_->vocab_size(), 0);
-  vocab_->admitted(m, *mask);
   std::lock_guard<std::mutex> lk(mu_);
+  if (states_.size() > 65536) states_ = VocabTrie::States();  // bound the memory (256 ints a state)
+  vocab_->admitted(states_, states_.id_of(m), *mask);
   lru_.emplace_front(m.stacks(), mask);
   index_[h].push_back(lru_.begin());
   while (lru_.size() > max_cached_) {

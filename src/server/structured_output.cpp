@@ -24,8 +24,7 @@ class GrammarConstraint final : public TokenConstraint {
     std::vector<float> keep;
     const bool may_end = m_.complete();
     for (int32_t e : eos_) keep.push_back(e >= 0 && e < vocab ? logits[e] : 0.0f);
-    for (int64_t v = 0; v < n; ++v)
-      if (!(*ok)[size_t(v)]) logits[v] = -INFINITY;
+    grammar::apply_mask(logits, ok->data(), n);
     for (int64_t v = n; v < vocab; ++v) logits[v] = -INFINITY;
     for (size_t i = 0; i < eos_.size(); ++i)
       if (eos_[i] >= 0 && eos_[i] < vocab) logits[eos_[i]] = may_end ? keep[i] : -INFINITY;
