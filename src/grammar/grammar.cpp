@@ -87,9 +87,15 @@ void advance(const Grammar& g, Stack st, std::vector<Stack>& out, int depth) {
   }
 }
 
+// Parses alive at once past this bound mean an ambiguous grammar whose matcher
+// would slow to a crawl (nested anyOf of overlapping schemas): refused.
+constexpr size_t kMaxStacks = 1024;
+
 void normalize(std::vector<Stack>& v) {
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());
+  MX_CHECK(v.size() <= kMaxStacks, "grammar: more than {} parses alive at once (the schema is too ambiguous)",
+           kMaxStacks);
 }
 
 }  // namespace
