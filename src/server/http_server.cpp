@@ -188,6 +188,7 @@ struct HttpServer::Impl {
       GenerationRequest g;
       g.prompt = r.prompts[i];
       g.sampling = r.sampling;
+      g.sampling.seed = r.sampling.seed + i % size_t(r.n);  // n choices: n seed streams
       g.max_tokens = r.max_tokens[i];
       g.stop_ids = r.stop_token_ids;
       if (!r.ignore_eos) g.stop_ids.insert(g.stop_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
@@ -313,8 +314,10 @@ struct HttpServer::Impl {
   json usage_of(const Job& job) const {
     int64_t p = 0, g = 0, cached = 0;
     for (const auto& c : job.choices) {
-      p += c.prompt_tokens ? c.prompt_tokens : int64_t(job.req.prompts[&c - job.choices.data()].size());
+      const size_t i = size_t(&c - job.choices.data());
       g += int64_t(c.tokens.size());
+      if (i % size_t(job.req.n)) continue;  // n choices of one prompt: its tokens count once
+      p += c.prompt_tokens ? c.prompt_tokens : int64_t(job.req.prompts[i].size());
       cached += c.cached_tokens;
     }
     return usage_json(p, g, cached);

@@ -62,6 +62,25 @@ ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext
   } catch (const Error& e) {  // e.g. the tokenizer refusing input
     throw ApiError(400, e.what());
   }
+  // n choices per prompt: each its own engine request with its own seed stream
+  // (seed + j), prompt-major as OpenAI numbers them; the prompt's KV is shared
+  // through the prefix cache.
+  if (r.n > 1) {
+    if (r.prompts.size() * size_t(r.n) > size_t(ctx.limits.max_prompts))
+      throw ApiError(400,
+                     fmt::format("{} prompts x n = {} choices exceed this server's limit of {}", r.prompts.size(), r.n,
+                                 ctx.limits.max_prompts),
+                     "n");
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<int> max_tokens;
+    for (size_t i = 0; i < r.prompts.size(); ++i)
+      for (int j = 0; j < r.n; ++j) {
+        prompts.push_back(r.prompts[i]);
+        max_tokens.push_back(r.max_tokens[i]);
+      }
+    r.prompts = std::move(prompts);
+    r.max_tokens = std::move(max_tokens);
+  }
   if (b.contains("response_format") && !b["response_format"].is_null()) {
     // Parsed again keeping the members' order: a schema's properties come out in it.
     const nlohmann::ordered_json rf = nlohmann::ordered_json::parse(body)["response_format"];
@@ -161,8 +180,9 @@ void check_model(const json& b, const ApiContext& ctx, ApiRequest& r) {
 // Fields shared by both endpoints: sampling, stop, stream, n, ...
 void parse_common(const json& b, const ApiContext& ctx, ApiRequest& r) {
   const int64_t n = get_int(b, "n", 1);
-  if (n != 1)
-    throw ApiError(400, fmt::format("n = {} is not supported: only n = 1 (one choice per prompt) is", n), "n");
+  if (n < 1 || n > ctx.limits.max_prompts)
+    throw ApiError(400, fmt::format("'n' must be in [1, {}], got {}", ctx.limits.max_prompts, n), "n");
+  r.n = int(n);
 
   SamplingParams& s = r.sampling;
   s.temperature = float(get_number(b, "temperature", 1.0));

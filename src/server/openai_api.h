@@ -6,17 +6,17 @@
 //   /v1/completions: model, prompt (string | [string] | [int] | [[int]]: one
 //     choice per prompt), max_tokens (default 16), stream, stream_options
 //     {include_usage}, stop, logprobs (0 only: the sampled tokens' logprobs),
-//     n (1 only), best_of (1 only), echo (false only), seed, temperature,
+//     n, best_of (1 only), echo (false only), seed, temperature,
 //     top_p, presence_penalty, frequency_penalty, user (ignored);
 //   /v1/chat/completions: model, messages (see chat_prompt.h), max_tokens /
 //     max_completion_tokens (default: the rest of the context), stream,
-//     stream_options, stop, logprobs (bool), top_logprobs (0 only), n (1 only),
+//     stream_options, stop, logprobs (bool), top_logprobs (0 only), n,
 //     seed, temperature, top_p, presence_penalty, frequency_penalty, user;
 //   vLLM-style extensions on both: top_k (0 or -1 = off), min_p,
 //     repetition_penalty, ignore_eos, stop_token_ids;
 //   response_format on both: text, json_object, json_schema (structured
 //     outputs by constrained decoding: server/structured_output.h).
-// Fields that would change the result and are not implemented (n > 1, echo,
+// Fields that would change the result and are not implemented (best_of > 1, echo,
 // suffix, logit_bias, tools, top alternatives in logprobs) are a 400 naming the
 // field; unknown fields are ignored.
 #include <cstdint>
@@ -83,7 +83,8 @@ struct ApiContext {
 struct ApiRequest {
   ApiKind kind = ApiKind::Completion;
   std::string model;
-  std::vector<std::vector<int32_t>> prompts;  // one engine request (choice) each
+  std::vector<std::vector<int32_t>> prompts;  // one engine request (choice) each: each prompt n times
+  int n = 1;                                  // choices per prompt (choice i: prompt i / n, seed + i % n)
   std::vector<int> max_tokens;                // per prompt, >= 1 unless the prompt fills the context
   SamplingParams sampling;
   std::vector<std::string> stop;

@@ -71,8 +71,8 @@ TEST(Hardening, EveryRequestLimitIsAClear400) {
   b = {{"prompt", {{1, 2}, {1, 3}, {1, 4}, {1, 5}}}, {"max_tokens", 2}};
   expect_param(b, "prompt", "limit of 3 per request");
   b = greedy(0, 4, 2);
-  b["n"] = 3;
-  expect_param(b, "n", "n = 3");
+  b["n"] = 4;  // limit of 3 choices (max_prompts)
+  expect_param(b, "n", "'n' must be in [1, 3]");
   b = greedy(0, 4, 2);
   b["stop_token_ids"] = std::vector<int>(257, 5);
   expect_param(b, "stop_token_ids", "at most 256");

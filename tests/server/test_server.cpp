@@ -237,8 +237,8 @@ TEST(Server, ErrorsUseTheOpenAiShape) {
   auto unknown = post(p, "/v1/completions", {{"model", "gpt-4"}, {"prompt", {1}}});
   expect_error(unknown, 404, "gpt-4");
   EXPECT_EQ(unknown.j["error"]["code"], "model_not_found");
-  auto n2 = post(p, "/v1/completions", {{"prompt", {1}}, {"n", 2}});
-  expect_error(n2, 400, "n = 2");
+  auto n2 = post(p, "/v1/completions", {{"prompt", {1}}, {"n", 0}});
+  expect_error(n2, 400, "got 0");
   EXPECT_EQ(n2.j["error"]["param"], "n");
   EXPECT_EQ(n2.j["error"]["type"], "invalid_request_error");
   expect_error(post(p, "/v1/completions", {{"prompt", {1}}, {"max_tokens", -5}}), 400, "max_tokens");

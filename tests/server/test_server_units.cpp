@@ -161,7 +161,8 @@ TEST(OpenAiApi, ParsesPromptsAndSampling) {
       EXPECT_EQ(e.param, param) << body << ": " << e.what();
     }
   };
-  expect_400(R"({"prompt":[1],"n":2})", "n");
+  expect_400(R"({"prompt":[1],"n":0})", "n");
+  expect_400(R"({"prompt":[1],"n":1000})", "n");
   expect_400(R"({"prompt":[1],"max_tokens":-1})", "max_tokens");
   expect_400(R"({"prompt":[1],"max_tokens":64})", "max_tokens");
   expect_400(R"({"prompt":[1],"temperature":"hot"})", "temperature");

@@ -108,19 +108,41 @@ await check('chat stream helper (runner) gives the same message', async () => {
   assert.equal(final.choices[0].message.content, chatText);
 });
 
-await check('errors: unknown model is NotFoundError, n=2 is BadRequestError', async () => {
+await check('errors: unknown model is NotFoundError, n=0 is BadRequestError', async () => {
   await assert.rejects(
     client.completions.create({ model: 'no-such-model', prompt: 'x', max_tokens: 1 }),
     (e) => e instanceof OpenAI.NotFoundError && e.status === 404 && e.code === 'model_not_found' && /no-such-model/.test(e.message),
   );
   await assert.rejects(
-    client.completions.create({ model, prompt: 'x', max_tokens: 1, n: 2 }),
+    client.completions.create({ model, prompt: 'x', max_tokens: 1, n: 0 }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'n' && e.type === 'invalid_request_error',
   );
   await assert.rejects(
     client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: -1 }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens',
   );
+});
+
+await check('n = 3: greedy choices are identical, seeded sampled ones differ and repeat; usage counts the prompt once', async () => {
+  const one = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 8, temperature: 0, ignore_eos: true });
+  const g = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 8, temperature: 0, ignore_eos: true, n: 3 });
+  assert.deepEqual(g.choices.map((c) => c.index), [0, 1, 2]);
+  for (const c of g.choices) assert.equal(c.text, one.choices[0].text);
+  assert.equal(g.usage.prompt_tokens, one.usage.prompt_tokens);
+  assert.equal(g.usage.completion_tokens, 24);
+  const ask = () => client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Tell me a story.' }], max_tokens: 12, temperature: 1.0, seed: 11, n: 3, ignore_eos: true,
+  });
+  const a = await ask(), b = await ask();
+  const texts = a.choices.map((c) => c.message.content);
+  assert.ok(new Set(texts).size > 1, `sampled choices should differ: ${JSON.stringify(texts)}`);
+  assert.deepEqual(b.choices.map((c) => c.message.content), texts);
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Tell me a story.' }], max_tokens: 12, temperature: 1.0, seed: 11, n: 3, ignore_eos: true, stream: true,
+  });
+  const streamed = ['', '', ''];
+  for await (const chunk of stream) for (const c of chunk.choices) streamed[c.index] += c.delta?.content ?? '';
+  assert.deepEqual(streamed, texts);
 });
 
 const personFormat = {
