@@ -214,7 +214,17 @@ bool Engine::emit_token(Request& r, int32_t tok, const float* lg) {
     double mx = -INFINITY, s = 0;
     for (int v = 0; v < c.vocab_size; ++v) mx = std::max(mx, double(lg[v]));
     for (int v = 0; v < c.vocab_size; ++v) s += std::exp(double(lg[v]) - mx);
-    ev.logprob = float(double(lg[tok]) - mx - std::log(s));
+    const double log_z = mx + std::log(s);
+    ev.logprob = float(double(lg[tok]) - log_z);
+    if (r.req.top_logprobs > 0) {
+      // The k largest logits, ties to the lower id (a stable order for tests and clients).
+      const int k = std::min(r.req.top_logprobs, c.vocab_size);
+      std::vector<int32_t> ids(size_t(c.vocab_size));
+      for (int v = 0; v < c.vocab_size; ++v) ids[size_t(v)] = v;
+      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                        [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
+      for (int i = 0; i < k; ++i) ev.top.push_back({ids[size_t(i)], float(double(lg[ids[size_t(i)]]) - log_z)});
+    }
   }
   r.tokens.push_back(tok);
   r.generated.push_back(tok);

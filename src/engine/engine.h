@@ -43,7 +43,8 @@ struct GenerationRequest {
   int max_tokens = 256;
   std::vector<int32_t> stop_ids;  // in addition to the model's EOS ids
   bool ignore_eos = false;
-  int logprobs = 0;               // return the sampled token's logprob when > 0
+  int logprobs = 0;               // return the sampled token's logprob when > 0 ...
+  int top_logprobs = 0;           // ... and the logprobs of this many most likely tokens
   // Structured output: the tokens allowed next (null: any). Owned by the request.
   std::shared_ptr<TokenConstraint> constraint;
 };
@@ -51,6 +52,8 @@ struct GenerationRequest {
 struct TokenEvent {
   int32_t token = -1;      // -1 on a final event without a token
   float logprob = 0;
+  // The most likely tokens and their logprobs, most likely first (top_logprobs).
+  std::vector<std::pair<int32_t, float>> top;
   bool finished = false;
   std::string finish_reason;  // "stop", "length", "abort", or an error message
   int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;

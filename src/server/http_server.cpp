@@ -78,6 +78,7 @@ struct Choice {
   std::string delta;              // streamed: text not yet sent
   std::vector<int32_t> tokens;    // every token accepted
   std::vector<float> logprobs;    // per token when asked
+  std::vector<std::vector<std::pair<int32_t, float>>> top;  // per token: the most likely alternatives
   std::vector<size_t> offsets;    // byte offset of each token's text in the completion
   size_t raw_bytes = 0;
   size_t sent_tokens = 0;         // streamed: tokens already in a chunk
@@ -194,6 +195,7 @@ struct HttpServer::Impl {
       if (!r.ignore_eos) g.stop_ids.insert(g.stop_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
       g.ignore_eos = r.ignore_eos;
       g.logprobs = r.logprobs ? 1 : 0;
+      g.top_logprobs = r.top_logprobs;
       if (r.response_format) {
         // The output may end (EOS) where the format is complete; with ignore_eos it
         // ends where nothing more can follow.
@@ -261,6 +263,7 @@ struct HttpServer::Impl {
       c.offsets.push_back(c.raw_bytes);
       if (tok) c.raw_bytes += tok->token_piece(ev.token).size();
       if (job.req.logprobs) c.logprobs.push_back(ev.logprob);
+      if (job.req.top_logprobs > 0) c.top.push_back(ev.top);
       std::string d = c.text->push(ev.token);
       c.delta += d;
       c.full_text += d;
@@ -291,24 +294,41 @@ struct HttpServer::Impl {
     if (!job.req.logprobs) return json();
     if (job.req.kind == ApiKind::Chat) {
       json content = json::array();
-      for (size_t i = from; i < to; ++i) {
+      auto bytes_of = [&](int32_t id) {
         json bytes = json::array();
         if (tok)
-          for (unsigned char b : tok->token_piece(c.tokens[i])) bytes.push_back(int(b));
+          for (unsigned char b : tok->token_piece(id)) bytes.push_back(int(b));
+        return bytes;
+      };
+      for (size_t i = from; i < to; ++i) {
+        json alts = json::array();
+        if (i < c.top.size())
+          for (const auto& [id, lp] : c.top[i])
+            alts.push_back({{"token", token_string(id)}, {"logprob", lp}, {"bytes", bytes_of(id)}});
         content.push_back({{"token", token_string(c.tokens[i])},
                            {"logprob", c.logprobs[i]},
-                           {"bytes", bytes},
-                           {"top_logprobs", json::array()}});
+                           {"bytes", bytes_of(c.tokens[i])},
+                           {"top_logprobs", alts}});
       }
       return json{{"content", content}, {"refusal", nullptr}};
     }
-    json toks = json::array(), lps = json::array(), offs = json::array();
+    json toks = json::array(), lps = json::array(), offs = json::array(), tops = json::array();
     for (size_t i = from; i < to; ++i) {
       toks.push_back(token_string(c.tokens[i]));
       lps.push_back(c.logprobs[i]);
       offs.push_back(c.offsets[i]);
+      // Completions: one {token text: logprob} object per position (tokens with the
+      // same text keep the most likely one's logprob, as OpenAI's dict does).
+      json alts = json::object();
+      if (i < c.top.size())
+        for (const auto& [id, lp] : c.top[i])
+          if (!alts.contains(token_string(id))) alts[token_string(id)] = lp;
+      tops.push_back(alts);
     }
-    return json{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", nullptr}, {"text_offset", offs}};
+    return json{{"tokens", toks},
+                {"token_logprobs", lps},
+                {"top_logprobs", job.req.top_logprobs > 0 ? tops : json()},
+                {"text_offset", offs}};
   }
 
   json usage_of(const Job& job) const {

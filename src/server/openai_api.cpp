@@ -379,14 +379,11 @@ ApiRequest parse_completion_request(const json& b, const ApiContext& ctx) {
     if (lp.is_boolean()) {
       r.logprobs = lp.get<bool>();
     } else {
+      // The sampled token's logprob, and the n most likely alternatives' (OpenAI: at most 5).
       const int64_t n = get_int(b, "logprobs", 0);
       if (n < 0 || n > 5) throw ApiError(400, "'logprobs' must be an integer in [0, 5]", "logprobs");
-      if (n > 0)
-        throw ApiError(400,
-                       "'logprobs' > 0 (top alternatives) is not supported; logprobs: 0 returns the sampled "
-                       "tokens' logprobs",
-                       "logprobs");
       r.logprobs = true;
+      r.top_logprobs = int(n);
     }
   }
   resolve_max_tokens(b, "max_tokens", 16, ctx, r);
@@ -431,9 +428,9 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   r.logprobs = get_bool(b, "logprobs", false);
   const int64_t top = get_int(b, "top_logprobs", 0);
   if (top < 0 || top > 20) throw ApiError(400, "'top_logprobs' must be an integer in [0, 20]", "top_logprobs");
-  if (top > 0)
-    throw ApiError(400, "'top_logprobs' > 0 is not supported; logprobs: true returns the sampled tokens' logprobs",
-                   "top_logprobs");
+  if (top > 0 && !r.logprobs)
+    throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  r.top_logprobs = int(top);
   const int def = std::numeric_limits<int>::max();
   resolve_max_tokens(b, has(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens", def, ctx, r);
   return r;

@@ -5,20 +5,19 @@
 // Supported request fields
 //   /v1/completions: model, prompt (string | [string] | [int] | [[int]]: one
 //     choice per prompt), max_tokens (default 16), stream, stream_options
-//     {include_usage}, stop, logprobs (0 only: the sampled tokens' logprobs),
+//     {include_usage}, stop, logprobs (N <= 5: the sampled tokens' logprobs and N top alternatives),
 //     n, best_of (1 only), echo (false only), seed, temperature,
 //     top_p, presence_penalty, frequency_penalty, user (ignored);
 //   /v1/chat/completions: model, messages (see chat_prompt.h), max_tokens /
 //     max_completion_tokens (default: the rest of the context), stream,
-//     stream_options, stop, logprobs (bool), top_logprobs (0 only), n,
+//     stream_options, stop, logprobs (bool), top_logprobs (0..20), n,
 //     seed, temperature, top_p, presence_penalty, frequency_penalty, user;
 //   vLLM-style extensions on both: top_k (0 or -1 = off), min_p,
 //     repetition_penalty, ignore_eos, stop_token_ids;
 //   response_format on both: text, json_object, json_schema (structured
 //     outputs by constrained decoding: server/structured_output.h).
 // Fields that would change the result and are not implemented (best_of > 1, echo,
-// suffix, logit_bias, tools, top alternatives in logprobs) are a 400 naming the
-// field; unknown fields are ignored.
+// suffix, logit_bias, tools) are a 400 naming the field; unknown fields are ignored.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -92,6 +91,7 @@ struct ApiRequest {
   bool ignore_eos = false;
   bool stream = false, include_usage = false;
   bool logprobs = false;
+  int top_logprobs = 0;  // alternatives per token (chat top_logprobs, completions logprobs N)
   // Stream one event per generated token (its token_ids, with whatever text became
   // safe to send), rather than only when text is complete: for token-id prompts
   // and for requests with "return_token_ids": true, so token timing can be measured

@@ -253,7 +253,7 @@ TEST(Server, ErrorsUseTheOpenAiShape) {
                "this model has no tokenizer; send token ids");
   expect_error(post(p, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}), 400,
                "no tokenizer");
-  expect_error(post(p, "/v1/completions", {{"prompt", {1}}, {"logprobs", 3}}), 400, "logprobs");
+  expect_error(post(p, "/v1/completions", {{"prompt", {1}}, {"logprobs", 6}}), 400, "logprobs");
   expect_error(post(p, "/v1/completions", {{"max_tokens", 3}}), 400, "prompt");
   expect_error(http_request(p, "GET", "/v1/nothing"), 404, "no route");
   expect_error(http_request(p, "GET", "/v1/models/gpt-4"), 404, "gpt-4");

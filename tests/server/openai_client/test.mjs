@@ -145,6 +145,39 @@ await check('n = 3: greedy choices are identical, seeded sampled ones differ and
   assert.deepEqual(streamed, texts);
 });
 
+await check('logprobs: chat top_logprobs and completions logprobs N, sorted, the sampled token among them when greedy', async () => {
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 6, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 3,
+  });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, 6);
+  for (const t of content) {
+    assert.equal(t.top_logprobs.length, 3);
+    const lps = t.top_logprobs.map((a) => a.logprob);
+    assert.deepEqual([...lps].sort((a, b) => b - a), lps);
+    assert.equal(t.top_logprobs[0].token, t.token);  // greedy: the most likely one
+    assert.ok(Math.abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6);
+    assert.ok(lps.every((x) => x <= 0));
+  }
+  const c = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 4, temperature: 0, ignore_eos: true, logprobs: 2 });
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.top_logprobs.length, 4);
+  lp.top_logprobs.forEach((d, i) => {
+    assert.ok(Object.keys(d).length >= 1 && Object.keys(d).length <= 2);
+    assert.ok(Math.abs(Math.max(...Object.values(d)) - lp.token_logprobs[i]) < 1e-6);
+  });
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 6, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 3, stream: true,
+  });
+  const streamed = [];
+  for await (const chunk of stream) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+  assert.deepEqual(streamed, content);
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 1, logprobs: true, top_logprobs: 21 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'top_logprobs',
+  );
+});
+
 const personFormat = {
   type: 'json_schema',
   json_schema: {
