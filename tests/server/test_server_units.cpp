@@ -175,7 +175,6 @@ TEST(OpenAiApi, ParsesPromptsAndSampling) {
   expect_400(R"({"prompt":[1,"a"]})", "prompt");
   expect_400(R"({"prompt":[-1]})", "prompt");
   expect_400(R"({"prompt":[1],"logprobs":6})", "logprobs");
-  expect_400(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs");
   expect_400(R"({"prompt":[1],"echo":true})", "echo");
   expect_400(R"({"prompt":[1],"stream_options":{"include_usage":true}})", "stream_options");
   try {

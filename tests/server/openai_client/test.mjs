@@ -176,6 +176,10 @@ await check('logprobs: chat top_logprobs and completions logprobs N, sorted, the
     client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 1, logprobs: true, top_logprobs: 21 }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'top_logprobs',
   );
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 1, top_logprobs: 2 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'top_logprobs' && /logprobs/.test(e.message),
+  );
 });
 
 const personFormat = {
