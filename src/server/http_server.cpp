@@ -17,6 +17,7 @@
 #include "io/tokenizer.h"
 #include "kernels/registry.h"
 #include "server/openai_api.h"
+#include "server/reasoning.h"
 #include "server/text_stream.h"
 
 namespace mx::server {
@@ -74,8 +75,10 @@ struct Choice {
   bool done = false;
   std::unique_ptr<TextStream> text;
   std::string finish_reason;
-  std::string full_text;          // non-streamed: the whole text
+  std::string full_text;          // non-streamed: the whole text (content, when reasoning is split off)
   std::string delta;              // streamed: text not yet sent
+  std::unique_ptr<ReasoningSplitter> reasoning;  // chat to a thinking model: splits off reasoning_content
+  std::string full_reasoning, reasoning_delta;
   std::vector<int32_t> tokens;    // every token accepted
   std::vector<float> logprobs;    // per token when asked
   std::vector<std::vector<std::pair<int32_t, float>>> top;  // per token: the most likely alternatives
@@ -148,6 +151,8 @@ struct HttpServer::Impl {
     // running server, and a broken one is a startup error.
     if (!opts.model_dir.empty() && has_chat_template(opts.model_dir))
       ctx.chat_template = std::make_shared<const ModelChatTemplate>(load_chat_template(opts.model_dir));
+    // A thinking model's template: chat answers split off reasoning_content.
+    ctx.reasoning = ctx.chat_template && ctx.chat_template->tmpl.source().find("</think>") != std::string::npos;
     ctx.context_length = int(c.max_position_embeddings);
     ctx.limits = opts.limits;
     ctx.kv_capacity = int(std::min<int64_t>(int64_t(engine.metrics().kv_blocks_total) * opts.kv_block_size,
@@ -186,6 +191,7 @@ struct HttpServer::Impl {
     for (size_t i = 0; i < r.prompts.size(); ++i) {
       Choice& c = job.choices[i];
       c.text = std::make_unique<TextStream>(tok, r.stop);
+      if (r.reasoning) c.reasoning = std::make_unique<ReasoningSplitter>(r.reasoning_open);
       GenerationRequest g;
       g.prompt = r.prompts[i];
       g.sampling = r.sampling;
@@ -252,6 +258,18 @@ struct HttpServer::Impl {
   }
 
   // Applies one engine event to its choice.
+  // Settled output text: to content, or split into reasoning and content.
+  static void add_text(Choice& c, const std::string& d) {
+    if (!c.reasoning) {
+      c.delta += d;
+      c.full_text += d;
+      return;
+    }
+    std::string r, t;
+    c.reasoning->push(d, r, t);
+    c.reasoning_delta += r, c.full_reasoning += r, c.delta += t, c.full_text += t;
+  }
+
   void apply(Job& job, const Event& e) {
     Choice& c = job.choices[size_t(e.choice)];
     if (c.done) return;  // e.g. the abort that follows our cancel after a stop string
@@ -264,9 +282,7 @@ struct HttpServer::Impl {
       if (tok) c.raw_bytes += tok->token_piece(ev.token).size();
       if (job.req.logprobs) c.logprobs.push_back(ev.logprob);
       if (job.req.top_logprobs > 0) c.top.push_back(ev.top);
-      std::string d = c.text->push(ev.token);
-      c.delta += d;
-      c.full_text += d;
+      add_text(c, c.text->push(ev.token));
       if (c.text->stopped()) {
         engine.cancel(c.engine_id);
         finish_choice(c, "stop");
@@ -275,9 +291,12 @@ struct HttpServer::Impl {
       }
     }
     if (ev.finished) {
-      std::string d = c.text->finish();
-      c.delta += d;
-      c.full_text += d;
+      add_text(c, c.text->finish());
+      if (c.reasoning) {
+        std::string r, t;
+        c.reasoning->finish(r, t);
+        c.reasoning_delta += r, c.full_reasoning += r, c.delta += t, c.full_text += t;
+      }
       std::string reason = ev.finish_reason;
       if (reason != "stop" && reason != "length" && reason != "abort") reason = "error";
       finish_choice(c, reason);
@@ -349,8 +368,11 @@ struct HttpServer::Impl {
     for (size_t i = 0; i < job.choices.size(); ++i) {
       const Choice& c = job.choices[i];
       json ch = {{"index", i}};
-      if (chat)
+      if (chat) {
         ch["message"] = {{"role", "assistant"}, {"content", c.full_text}};
+        if (c.reasoning)
+          ch["message"]["reasoning_content"] = c.full_reasoning.empty() ? json() : json(c.full_reasoning);
+      }
       else
         ch["text"] = c.full_text;
       ch["logprobs"] = logprobs_json(job, c, 0, c.tokens.size());
@@ -381,8 +403,9 @@ struct HttpServer::Impl {
       if (first_chat_chunk) {
         delta["role"] = "assistant";
         delta["content"] = "";
-      } else if (!c.delta.empty()) {
-        delta["content"] = c.delta;
+      } else {
+        if (!c.reasoning_delta.empty()) delta["reasoning_content"] = c.reasoning_delta;
+        if (!c.delta.empty()) delta["content"] = c.delta;
       }
       ch["delta"] = delta;
     } else {
@@ -394,6 +417,7 @@ struct HttpServer::Impl {
     ch["token_ids"] = std::vector<int32_t>(c.tokens.begin() + long(c.sent_tokens), c.tokens.begin() + long(to));
     if (!first_chat_chunk) {
       c.delta.clear();
+      c.reasoning_delta.clear();
       c.sent_tokens = to;
     }
     json chunk = chunk_base(job);
@@ -449,7 +473,7 @@ struct HttpServer::Impl {
         Choice& c = job.choices[i];
         if (!touched[i]) continue;
         // Text requests: tokens without text yet ride along with the next text.
-        if (c.done || !c.delta.empty())
+        if (c.done || !c.delta.empty() || !c.reasoning_delta.empty())
           if (!send_json(choice_chunk(job, c, i))) return gone();
       }
     }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/tokenizer.h"
 #include "server/chat_prompt.h"
+#include "server/reasoning.h"
 
 namespace mx::server {
 
@@ -406,8 +407,17 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx) {
     text = render_chat(b["messages"], o);  // validates the messages; the fallback format
     // The model's own chat template (tokenizer_config.json), when it has one.
     if (ctx.chat_template) {
-      text = apply_chat_template(*ctx.chat_template, nlohmann::ordered_json(b["messages"]), true);
+      // chat_template_kwargs (vLLM / sglang): extra template variables, e.g. {"enable_thinking": false}.
+      nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+      if (has(b, "chat_template_kwargs")) {
+        if (!b["chat_template_kwargs"].is_object())
+          throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+        extra = nlohmann::ordered_json(b["chat_template_kwargs"]);
+      }
+      text = apply_chat_template(*ctx.chat_template, nlohmann::ordered_json(b["messages"]), true, extra);
       templated = true;
+      r.reasoning = ctx.reasoning;
+      r.reasoning_open = ctx.reasoning && ReasoningSplitter::prompt_opens_reasoning(text);
     }
   } catch (const Error& e) {
     throw ApiError(400, e.what(), "messages");

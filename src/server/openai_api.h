@@ -75,6 +75,8 @@ struct ApiContext {
   size_t max_token_bytes = 0;
   // response_format json_object / json_schema (null: refused with a 400).
   StructuredOutputs* structured = nullptr;
+  // The chat template thinks ("</think>"): split reasoning_content off chat answers (server/reasoning.h).
+  bool reasoning = false;
   int kv_capacity = 0;     // tokens one sequence can hold in the KV cache (0: unknown); defaults are cut to it
   ApiLimits limits;
 };
@@ -99,6 +101,8 @@ struct ApiRequest {
   bool token_events = false;
   // response_format's grammar (null: free text); each choice gets its own matcher.
   std::shared_ptr<grammar::GrammarMasks> response_format;
+  bool reasoning = false;       // split reasoning_content off the answer ...
+  bool reasoning_open = false;  // ... which starts inside "<think>" (the prompt opened it)
 };
 
 // Both throw ApiError (400 bad field or a limit of ctx.limits exceeded, 404 unknown model).
