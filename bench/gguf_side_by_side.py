@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Side by side with llama.cpp on the same GGUF files (not in CI; builds nothing).
+
+Runs our build/bench_decode and an external llama.cpp's llama-bench (its path is
+the first argument; nothing of llama.cpp lives in this repo) alternately, engine
+by engine, round by round, at each thread count, so both see the same machine
+load; then prints one markdown table row per (model, threads) with medians and
+min-max of prefill and decode tok/s, the mxserve / llama.cpp ratios, the CPU
+model and the STREAM-like read bandwidth at each thread count (bench_kernels).
+
+  bench/gguf_side_by_side.py LLAMA_BENCH MODEL.gguf... [--rounds 3] [--threads 1,2]
+                             [--prompt 256] [--tokens 64]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build")
+
+
+def run(cmd, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return p.stdout
+
+
+def mxserve(model, threads, prompt, tokens):
+    out = run([os.path.join(BUILD, "bench_decode"), model, "--prompt", str(prompt), "--tokens", str(tokens)],
+              {"MXSERVE_THREADS": str(threads)})
+    pre = re.search(r"^prefill: .*= ([0-9.]+) tok/s", out, re.M)
+    dec = re.search(r"^decode: .*= ([0-9.]+) tok/s", out, re.M)
+    if not (pre and dec):
+        sys.exit(f"bench_decode printed no figures:\n{out}")
+    return float(pre.group(1)), float(dec.group(1))
+
+
+def llama(bench, model, threads, prompt, tokens):
+    out = run([bench, "-m", model, "-t", str(threads), "-p", str(prompt), "-n", str(tokens), "-r", "1", "-o", "json"],
+              {"OMP_WAIT_POLICY": "passive"})
+    pre = dec = None
+    for row in json.loads(out):
+        if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0:
+            pre = float(row["avg_ts"])
+        elif row.get("n_gen", 0) > 0 and row.get("n_prompt", 0) == 0:
+            dec = float(row["avg_ts"])
+    if pre is None or dec is None:
+        sys.exit(f"llama-bench printed no pp/tg rows:\n{out}")
+    return pre, dec
+
+
+def stream_read(threads):
+    out = run([os.path.join(BUILD, "bench_kernels"), "--benchmark_filter=BM_StreamRead", "--benchmark_format=json"],
+              {"MXSERVE_THREADS": str(threads)})
+    bench = json.loads(out)["benchmarks"][0]
+    return float(bench["GB/s"]) / 1e9 if bench["GB/s"] > 1e6 else float(bench["GB/s"])
+
+
+def cpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        m = re.search(r"^Model name:\s*(.+)$", out, re.M)
+        return m.group(1).strip() if m else "unknown"
+    except OSError:
+        return "unknown"
+
+
+def fmt(xs):
+    return f"{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("llama_bench")
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--prompt", type=int, default=256)
+    ap.add_argument("--tokens", type=int, default=64)
+    a = ap.parse_args()
+    if a.rounds < 1 or a.prompt < 1 or a.tokens < 2:
+        sys.exit("--rounds >= 1, --prompt >= 1 and --tokens >= 2")
+    threads = [int(t) for t in a.threads.split(",") if t]
+    print(f"CPU: {cpu_model()}")
+    for t in threads:
+        print(f"STREAM-like read, {t} thread(s): {stream_read(t):.1f} GB/s")
+    print(f"prompt {a.prompt}, tokens {a.tokens}, {a.rounds} rounds, engines alternating; medians (min-max)\n")
+    print("| model | T | mxserve prefill / decode tok/s | llama.cpp prefill / decode | ratio prefill / decode |")
+    print("|---|---|---|---|---|")
+    for model in a.models:
+        for t in threads:
+            mp, md, lp, ld = [], [], [], []
+            for _ in range(a.rounds):
+                p, d = mxserve(model, t, a.prompt, a.tokens)
+                mp.append(p), md.append(d)
+                p, d = llama(a.llama_bench, model, t, a.prompt, a.tokens)
+                lp.append(p), ld.append(d)
+            rp = statistics.median(mp) / statistics.median(lp)
+            rd = statistics.median(md) / statistics.median(ld)
+            print(f"| {os.path.basename(model)} | {t} | {fmt(mp)} / {fmt(md)} | {fmt(lp)} / {fmt(ld)} | "
+                  f"{rp:.2f} / {rd:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
