@@ -78,6 +78,17 @@ inline void write_text_model(const std::string& dir, uint64_t seed = 0) {
   spit(fs::path(dir) / "config.json", cfg.dump(2));
 }
 
+// A synthetic family's checkpoint (random weights, its tokenizer.json and chat
+// template) written to d/arch; returns the directory.
+inline std::string synthetic_model_dir(const TempDir& d, const std::string& arch, uint64_t seed = 0) {
+  const std::string dir = (d.path() / arch).string();
+  mx::SyntheticSpec s;
+  s.arch = arch;
+  s.seed = seed;
+  mx::write_synthetic_model(dir, s);
+  return dir;
+}
+
 // An in-process server: engine + HttpServer on a free port, run on a thread.
 class TestServer {
  public:
@@ -115,6 +126,12 @@ class TestServer {
     http_->shutdown(std::chrono::milliseconds(2000));
     thread_.join();
     engine_->stop();
+  }
+  // Options that load model_dir's own tokenizer.json.
+  static Options with_own_tokenizer(const std::string& model_dir) {
+    Options o;
+    o.tokenizer = model_dir + "/tokenizer.json";
+    return o;
   }
   int port() const { return port_; }
   mx::Engine& engine() { return *engine_; }

@@ -50,12 +50,8 @@ TEST(Reasoning, SplitsAsTheWholeTextRuleWhateverThePieces) {
 
 TEST(Reasoning, ServerSplitsTheAnswerAndPassesChatTemplateKwargs) {
   TempDir d;
-  mx::SyntheticSpec spec;
-  spec.arch = "qwen3";
-  mx::write_synthetic_model(d.path().string(), spec);
-  TestServer::Options o;
-  o.tokenizer = (d.path() / "tokenizer.json").string();
-  TestServer srv(d.path().string(), o, d.path().string());
+  const std::string m = synthetic_model_dir(d, "qwen3");
+  TestServer srv(m, TestServer::with_own_tokenizer(m), m);
   json body = {{"messages", json::array({{{"role", "user"}, {"content", "Think, then answer."}}})},
                {"max_tokens", 40}, {"temperature", 1.0}, {"seed", 5}, {"ignore_eos", true}};
   auto r = post(srv.port(), "/v1/chat/completions", body);

@@ -14,17 +14,10 @@ using namespace mxtest;
 
 namespace {
 
-std::string qwen3_dir(const TempDir& d) {
-  const std::string m = d / "qwen3";
-  mx::SyntheticSpec s;
-  s.arch = "qwen3";
-  mx::write_synthetic_model(m, s);
-  return m;
-}
+std::string qwen3_dir(const TempDir& d) { return synthetic_model_dir(d, "qwen3"); }
 
 TestServer::Options with_tokenizer(const std::string& dir) {
-  TestServer::Options o;
-  o.tokenizer = dir + "/tokenizer.json";
+  TestServer::Options o = TestServer::with_own_tokenizer(dir);
   o.engine.max_running = 2;
   return o;
 }

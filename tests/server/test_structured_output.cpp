@@ -55,18 +55,14 @@ TEST(StructuredOutput, EveryFamilyFitsTheSchemaAndSpeculationKeepsTheGreedyText)
   };
   for (Family f : {Family{"qwen3", false}, Family{"glm4_moe", true}, Family{"deepseek_v3", true}}) {
     TempDir d;
-    mx::SyntheticSpec spec;
-    spec.arch = f.arch;
-    spec.seed = 3;
-    mx::write_synthetic_model(d.path().string(), spec);
+    const std::string m = synthetic_model_dir(d, f.arch, 3);
     std::string greedy;
     std::vector<mx::SpecMode> modes = {mx::SpecMode::off, mx::SpecMode::ngram};
     if (f.mtp) modes.push_back(mx::SpecMode::mtp);
     for (mx::SpecMode mode : modes) {
-      TestServer::Options o;
-      o.tokenizer = (d.path() / "tokenizer.json").string();
+      TestServer::Options o = TestServer::with_own_tokenizer(m);
       o.engine.spec.mode = mode;
-      TestServer srv(d.path().string(), o, d.path().string());
+      TestServer srv(m, o, m);
       const std::string what = std::string(f.arch) + " spec " + std::to_string(int(mode));
       const std::string text = structured_content(srv.port(), chat_body(0), what);
       if (mode == mx::SpecMode::off) greedy = text;
@@ -78,12 +74,8 @@ TEST(StructuredOutput, EveryFamilyFitsTheSchemaAndSpeculationKeepsTheGreedyText)
 
 TEST(StructuredOutput, FormatsItCannotHonourAreA400NamingTheProblem) {
   TempDir d;
-  mx::SyntheticSpec spec;
-  spec.arch = "qwen3";
-  mx::write_synthetic_model(d.path().string(), spec);
-  TestServer::Options o;
-  o.tokenizer = (d.path() / "tokenizer.json").string();
-  TestServer srv(d.path().string(), o, d.path().string());
+  const std::string m = synthetic_model_dir(d, "qwen3");
+  TestServer srv(m, TestServer::with_own_tokenizer(m), m);
   auto ask = [&](const json& rf) {
     json b = chat_body(0);
     b["response_format"] = rf;
