@@ -181,6 +181,18 @@ thread_local ActScratch t_act;
 
 constexpr size_t align64(size_t n) { return (n + 63) & ~size_t(63); }
 
+// Calls row(t) for each activation row t < n (each `in` elements), split
+// between the pool's threads when there is enough work. Rows are independent:
+// splitting them cannot change any value.
+template <class F>
+void for_each_row(int64_t n, int64_t in, ThreadPool& pool, F&& row) {
+  auto rows = [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) row(t);
+  };
+  if (n > 1 && n * in >= (int64_t(1) << 16)) pool.parallel_for(n, rows);
+  else rows(0, n);
+}
+
 QuantAct quantize_activations(const float* x, int64_t n, int64_t in, const uint8_t* order,
                               MxQuantRowFn quant, ThreadPool& pool) {
   if (!quant) quant = quantize_row_mx;
@@ -196,13 +208,9 @@ QuantAct quantize_activations(const float* x, int64_t n, int64_t in, const uint8
   int32_t* sum = reinterpret_cast<int32_t*>(p + qb + sb);
   uint8_t inv_order[16];
   for (int i = 0; i < 16; ++i) inv_order[order[i]] = uint8_t(i);
-  auto rows = [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t)
-      quant(x + t * in, in, qa.nbp, inv_order, q + t * qa.q_stride, s + t * qa.nbp, sum + t * qa.nbp);
-  };
-  // Rows are independent: splitting them between threads cannot change any value.
-  if (n > 1 && n * in >= (int64_t(1) << 16)) pool.parallel_for(n, rows);
-  else rows(0, n);
+  for_each_row(n, in, pool, [&](int64_t t) {
+    quant(x + t * in, in, qa.nbp, inv_order, q + t * qa.q_stride, s + t * qa.nbp, sum + t * qa.nbp);
+  });
   qa.q = q;
   qa.s = s;
   qa.sum12 = sum;
@@ -213,11 +221,7 @@ QuantAct quantize_activations(const float* x, int64_t n, int64_t in, const uint8
 const uint16_t* bf16_activations(const float* x, int64_t n, int64_t in, int64_t stride, Bf16RowFn round,
                                  ThreadPool& pool) {
   uint16_t* dst = static_cast<uint16_t*>(t_act.get(size_t(n * stride) * 2 + 64));
-  auto rows = [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) round(x + t * in, in, stride, dst + t * stride);
-  };
-  if (n > 1 && n * in >= (int64_t(1) << 16)) pool.parallel_for(n, rows);
-  else rows(0, n);
+  for_each_row(n, in, pool, [&](int64_t t) { round(x + t * in, in, stride, dst + t * stride); });
   return dst;
 }
 
