@@ -21,6 +21,7 @@
 #include "grammar/token_mask.h"
 #include "io/model_tokenizer.h"
 #include "io/tokenizer.h"
+#include "server/structured_output.h"
 
 using namespace mx;
 using Clock = std::chrono::steady_clock;
@@ -101,13 +102,8 @@ int main(int argc, char** argv) {
     const Tokenizer& tok = *mt.tokenizer;
     std::printf("cpu: %s (%s)\n", cpu_model_name().c_str(), cpu_key().c_str());
     auto t = Clock::now();
-    std::vector<std::string> pieces(tok.vocab_size);
-    for (size_t id = 0; id < tok.vocab_size; ++id) {
-      const TokenType ty = tok.token_type(int32_t(id));
-      if (ty != TokenType::Control && ty != TokenType::Unknown && ty != TokenType::Unused)
-        pieces[id] = tok.token_piece(int32_t(id));
-    }
-    auto trie = std::make_shared<const grammar::VocabTrie>(pieces);
+    auto trie = std::make_shared<const grammar::VocabTrie>(
+        server::StructuredOutputs::vocab_pieces(tok, int64_t(tok.vocab_size)));  // as the server builds it
     std::printf("vocabulary %zu tokens: trie built in %.1f ms\n", tok.vocab_size, us_since(t) / 1000);
     t = Clock::now();
     grammar::Grammar g = grammar::json_schema_grammar(nlohmann::ordered_json::parse(kSchema));

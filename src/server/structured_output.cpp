@@ -47,17 +47,19 @@ class GrammarConstraint final : public TokenConstraint {
 
 StructuredOutputs::StructuredOutputs(const Tokenizer& tok, int64_t vocab) : tok_(tok), vocab_(vocab) {}
 
-const grammar::VocabTrie& StructuredOutputs::trie() {
-  if (!trie_) {
-    std::vector<std::string> pieces(static_cast<size_t>(vocab_));
-    for (int64_t id = 0; id < vocab_ && id < int64_t(tok_.vocab_size); ++id) {
-      const TokenType t = tok_.token_type(int32_t(id));
-      // Control tokens (end of turn, tool markers ...) are never part of a structured output.
-      if (t == TokenType::Control || t == TokenType::Unknown || t == TokenType::Unused) continue;
-      pieces[size_t(id)] = tok_.token_piece(int32_t(id));
-    }
-    trie_ = std::make_shared<const grammar::VocabTrie>(pieces);
+std::vector<std::string> StructuredOutputs::vocab_pieces(const Tokenizer& tok, int64_t vocab) {
+  std::vector<std::string> pieces(static_cast<size_t>(vocab));
+  for (int64_t id = 0; id < vocab && id < int64_t(tok.vocab_size); ++id) {
+    const TokenType t = tok.token_type(int32_t(id));
+    // Control tokens (end of turn, tool markers ...) are never part of a structured output.
+    if (t == TokenType::Control || t == TokenType::Unknown || t == TokenType::Unused) continue;
+    pieces[size_t(id)] = tok.token_piece(int32_t(id));
   }
+  return pieces;
+}
+
+const grammar::VocabTrie& StructuredOutputs::trie() {
+  if (!trie_) trie_ = std::make_shared<const grammar::VocabTrie>(vocab_pieces(tok_, vocab_));
   return *trie_;
 }
 

@@ -33,6 +33,10 @@ class StructuredOutputs {
   // the grammar is complete (empty with ignore_eos: it ends when nothing can follow).
   static std::shared_ptr<TokenConstraint> constraint(std::shared_ptr<grammar::GrammarMasks> g,
                                                      std::vector<int32_t> eos);
+  // The bytes each of the first `vocab` ids may contribute to a structured
+  // output: its piece, or "" for control, unknown and unused tokens and for ids
+  // past the tokenizer's vocabulary (never admitted).
+  static std::vector<std::string> vocab_pieces(const Tokenizer& tok, int64_t vocab);
 
  private:
   const grammar::VocabTrie& trie();
