@@ -78,20 +78,18 @@ size_t hash_stacks(const std::vector<Stack>& v) {
 
 std::shared_ptr<const std::vector<uint8_t>> GrammarMasks::admitted(const Matcher& m) {
   const size_t h = hash_stacks(m.stacks());
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = index_.find(h);
-    if (it != index_.end())
-      for (auto e : it->second)
-        if (e->first == m.stacks()) {
-          lru_.splice(lru_.begin(), lru_, e);
-          ++hits_;
-          return e->second;
-        }
-    ++misses_;
-  }
-  auto mask = std::make_shared<std::vector<uint8_t>>(vocab_->vocab_size(), 0);
+  // One lock for lookup and computation: the state table is shared, and two
+  // threads missing on one state would otherwise both insert it.
   std::lock_guard<std::mutex> lk(mu_);
+  if (auto it = index_.find(h); it != index_.end())
+    for (auto e : it->second)
+      if (e->first == m.stacks()) {
+        lru_.splice(lru_.begin(), lru_, e);
+        ++hits_;
+        return e->second;
+      }
+  ++misses_;
+  auto mask = std::make_shared<std::vector<uint8_t>>(vocab_->vocab_size(), 0);
   if (states_.size() > 65536) states_ = VocabTrie::States();  // bound the memory (256 ints a state)
   vocab_->admitted(states_, states_.id_of(m), *mask);
   lru_.emplace_front(m.stacks(), mask);
