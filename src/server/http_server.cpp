@@ -257,7 +257,6 @@ struct HttpServer::Impl {
     forget(c);
   }
 
-  // Applies one engine event to its choice.
   // Settled output text: to content, or split into reasoning and content.
   static void add_text(Choice& c, const std::string& d) {
     if (!c.reasoning) {
@@ -267,9 +266,21 @@ struct HttpServer::Impl {
     }
     std::string r, t;
     c.reasoning->push(d, r, t);
+    add_split(c, r, t);
+  }
+  static void add_split(Choice& c, const std::string& r, const std::string& t) {
     c.reasoning_delta += r, c.full_reasoning += r, c.delta += t, c.full_text += t;
   }
+  // The output's end (finished, or cut by a stop string): what the reasoning
+  // splitter still held back, e.g. a "</thi" that never became a tag.
+  static void end_text(Choice& c) {
+    if (!c.reasoning) return;
+    std::string r, t;
+    c.reasoning->finish(r, t);
+    add_split(c, r, t);
+  }
 
+  // Applies one engine event to its choice.
   void apply(Job& job, const Event& e) {
     Choice& c = job.choices[size_t(e.choice)];
     if (c.done) return;  // e.g. the abort that follows our cancel after a stop string
@@ -284,6 +295,7 @@ struct HttpServer::Impl {
       if (job.req.top_logprobs > 0) c.top.push_back(ev.top);
       add_text(c, c.text->push(ev.token));
       if (c.text->stopped()) {
+        end_text(c);
         engine.cancel(c.engine_id);
         finish_choice(c, "stop");
         --job.remaining;
@@ -292,11 +304,7 @@ struct HttpServer::Impl {
     }
     if (ev.finished) {
       add_text(c, c.text->finish());
-      if (c.reasoning) {
-        std::string r, t;
-        c.reasoning->finish(r, t);
-        c.reasoning_delta += r, c.full_reasoning += r, c.delta += t, c.full_text += t;
-      }
+      end_text(c);
       std::string reason = ev.finish_reason;
       if (reason != "stop" && reason != "length" && reason != "abort") reason = "error";
       finish_choice(c, reason);
