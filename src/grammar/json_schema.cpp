@@ -33,8 +33,8 @@ Seq cat(std::initializer_list<Seq> parts) {
 
 class Compiler {
  public:
-  explicit Compiler(const ojson* root) : root_(root) {}
-  Grammar g;
+  Compiler(Grammar& grammar, const ojson* root) : g(grammar), root_(root) {}
+  Grammar& g;
 
   Seq R(uint32_t r) { return {Grammar::ref(r)}; }
   Seq L(std::string_view s) { return g.literal(s); }
@@ -441,13 +441,19 @@ uint32_t Compiler::compile(const ojson& s, const std::string& path, int depth) {
 
 }  // namespace
 
+uint32_t add_json_schema(Grammar& g, const ojson& schema, const ojson* refs_root) {
+  Compiler c(g, refs_root ? refs_root : &schema);
+  return c.compile(schema, "#", 0);
+}
+
 Grammar json_schema_grammar(const ojson& schema) {
-  Compiler c(&schema);
-  const uint32_t body = c.compile(schema, "#", 0);
-  const uint32_t root = c.rule("root", {c.R(body)});
-  c.g.set_root(root);
-  c.g.check_terminates();
-  return std::move(c.g);
+  Grammar g;
+  const uint32_t body = add_json_schema(g, schema);
+  const uint32_t root = g.add_rule("root");
+  g.add_alt(root, {Grammar::ref(body)});
+  g.set_root(root);
+  g.check_terminates();
+  return g;
 }
 
 Grammar json_object_grammar() {

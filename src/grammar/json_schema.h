@@ -30,6 +30,12 @@
 namespace mx::grammar {
 
 Grammar json_schema_grammar(const nlohmann::ordered_json& schema);
+// Adds the rules of the schema's JSON texts to g and returns the rule that
+// derives them (g's root is left as it is), to embed a schema in a larger
+// grammar (tool calls: server/tool_calls.h). refs_root: the document "#" refers
+// to in $ref (default: the schema itself).
+uint32_t add_json_schema(Grammar& g, const nlohmann::ordered_json& schema,
+                         const nlohmann::ordered_json* refs_root = nullptr);
 // response_format {"type": "json_object"}: any JSON object.
 Grammar json_object_grammar();
 

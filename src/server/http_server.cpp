@@ -19,6 +19,7 @@
 #include "server/openai_api.h"
 #include "server/reasoning.h"
 #include "server/text_stream.h"
+#include "server/tool_calls.h"
 
 namespace mx::server {
 
@@ -79,6 +80,10 @@ struct Choice {
   std::string delta;              // streamed: text not yet sent
   std::unique_ptr<ReasoningSplitter> reasoning;  // chat to a thinking model: splits off reasoning_content
   std::string full_reasoning, reasoning_delta;
+  std::unique_ptr<ToolCallStream> tool_stream;  // chat with tools: splits the calls off the content
+  std::vector<ToolCall> calls;                  // the calls found so far ...
+  std::vector<std::string> call_ids;            // ... and their ids ("call_...")
+  size_t sent_calls = 0;                        // streamed: calls already in a chunk
   std::vector<int32_t> tokens;    // every token accepted
   std::vector<float> logprobs;    // per token when asked
   std::vector<std::vector<std::pair<int32_t, float>>> top;  // per token: the most likely alternatives
@@ -153,6 +158,7 @@ struct HttpServer::Impl {
       ctx.chat_template = std::make_shared<const ModelChatTemplate>(load_chat_template(opts.model_dir));
     // A thinking model's template: chat answers split off reasoning_content.
     ctx.reasoning = ctx.chat_template && ctx.chat_template->tmpl.source().find("</think>") != std::string::npos;
+    if (ctx.chat_template) ctx.tool_format = detect_tool_format(ctx.chat_template->tmpl.source());
     ctx.context_length = int(c.max_position_embeddings);
     ctx.limits = opts.limits;
     ctx.kv_capacity = int(std::min<int64_t>(int64_t(engine.metrics().kv_blocks_total) * opts.kv_block_size,
@@ -190,7 +196,10 @@ struct HttpServer::Impl {
     job.remaining = int(r.prompts.size());
     for (size_t i = 0; i < r.prompts.size(); ++i) {
       Choice& c = job.choices[i];
-      c.text = std::make_unique<TextStream>(tok, r.stop);
+      c.text = std::make_unique<TextStream>(
+          tok, r.stop,
+          r.tools ? StructuredOutputs::marker_ids(*tok, tool_markers(r.tools->format)) : std::vector<int32_t>{});
+      if (r.tools) c.tool_stream = std::make_unique<ToolCallStream>(*r.tools);
       if (r.reasoning) c.reasoning = std::make_unique<ReasoningSplitter>(r.reasoning_open);
       GenerationRequest g;
       g.prompt = r.prompts[i];
@@ -252,32 +261,48 @@ struct HttpServer::Impl {
 
   void finish_choice(Choice& c, const std::string& reason) {
     c.done = true;
-    c.finish_reason = reason;
+    c.finish_reason = reason == "stop" && !c.calls.empty() ? "tool_calls" : reason;
     metrics->count_finish(reason);
     forget(c);
   }
 
   // Settled output text: to content, or split into reasoning and content.
   static void add_text(Choice& c, const std::string& d) {
-    if (!c.reasoning) {
-      c.delta += d;
-      c.full_text += d;
-      return;
-    }
+    if (!c.reasoning) return add_split(c, "", d);
     std::string r, t;
     c.reasoning->push(d, r, t);
     add_split(c, r, t);
   }
   static void add_split(Choice& c, const std::string& r, const std::string& t) {
-    c.reasoning_delta += r, c.full_reasoning += r, c.delta += t, c.full_text += t;
+    c.reasoning_delta += r, c.full_reasoning += r;
+    add_content(c, c.tool_stream ? c.tool_stream->push(t, c.calls) : t);
+  }
+  static void add_content(Choice& c, const std::string& t) {
+    c.delta += t, c.full_text += t;
+    while (c.call_ids.size() < c.calls.size()) c.call_ids.push_back(make_id("call_"));
   }
   // The output's end (finished, or cut by a stop string): what the reasoning
-  // splitter still held back, e.g. a "</thi" that never became a tag.
+  // splitter still held back, e.g. a "</thi" that never became a tag, and a
+  // tool call the model ended without its closing tag.
   static void end_text(Choice& c) {
-    if (!c.reasoning) return;
-    std::string r, t;
-    c.reasoning->finish(r, t);
-    add_split(c, r, t);
+    if (c.reasoning) {
+      std::string r, t;
+      c.reasoning->finish(r, t);
+      add_split(c, r, t);
+    }
+    if (c.tool_stream) add_content(c, c.tool_stream->finish(c.calls));
+  }
+
+  static json tool_calls_json(const Choice& c, size_t from, bool streamed) {
+    json out = json::array();
+    for (size_t k = from; k < c.calls.size(); ++k) {
+      json call = {{"id", c.call_ids[k]},
+                   {"type", "function"},
+                   {"function", {{"name", c.calls[k].name}, {"arguments", c.calls[k].arguments}}}};
+      if (streamed) call["index"] = k;
+      out.push_back(std::move(call));
+    }
+    return out;
   }
 
   // Applies one engine event to its choice.
@@ -290,7 +315,7 @@ struct HttpServer::Impl {
     if (ev.token >= 0) {
       c.tokens.push_back(ev.token);
       c.offsets.push_back(c.raw_bytes);
-      if (tok) c.raw_bytes += tok->token_piece(ev.token).size();
+      if (tok) c.raw_bytes += c.text->piece(ev.token).size();
       if (job.req.logprobs) c.logprobs.push_back(ev.logprob);
       if (job.req.top_logprobs > 0) c.top.push_back(ev.top);
       add_text(c, c.text->push(ev.token));
@@ -378,6 +403,11 @@ struct HttpServer::Impl {
       json ch = {{"index", i}};
       if (chat) {
         ch["message"] = {{"role", "assistant"}, {"content", c.full_text}};
+        if (!c.calls.empty()) {
+          // Blank text around the calls is no answer of its own (OpenAI sends null content with calls).
+          if (c.full_text.find_first_not_of(" \t\r\n") == std::string::npos) ch["message"]["content"] = nullptr;
+          ch["message"]["tool_calls"] = tool_calls_json(c, 0, false);
+        }
         if (c.reasoning)
           ch["message"]["reasoning_content"] = c.full_reasoning.empty() ? json() : json(c.full_reasoning);
       }
@@ -414,6 +444,7 @@ struct HttpServer::Impl {
       } else {
         if (!c.reasoning_delta.empty()) delta["reasoning_content"] = c.reasoning_delta;
         if (!c.delta.empty()) delta["content"] = c.delta;
+        if (c.calls.size() > c.sent_calls) delta["tool_calls"] = tool_calls_json(c, c.sent_calls, true);
       }
       ch["delta"] = delta;
     } else {
@@ -427,6 +458,7 @@ struct HttpServer::Impl {
       c.delta.clear();
       c.reasoning_delta.clear();
       c.sent_tokens = to;
+      c.sent_calls = c.calls.size();
     }
     json chunk = chunk_base(job);
     chunk["choices"] = json::array({ch});
@@ -481,7 +513,7 @@ struct HttpServer::Impl {
         Choice& c = job.choices[i];
         if (!touched[i]) continue;
         // Text requests: tokens without text yet ride along with the next text.
-        if (c.done || !c.delta.empty() || !c.reasoning_delta.empty())
+        if (c.done || !c.delta.empty() || !c.reasoning_delta.empty() || c.calls.size() > c.sent_calls)
           if (!send_json(choice_chunk(job, c, i))) return gone();
       }
     }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/tokenizer.h"
 #include "server/chat_prompt.h"
+#include "server/chat_tools.h"
 #include "server/reasoning.h"
 
 namespace mx::server {
@@ -57,7 +58,15 @@ ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext
   const json b = parse_body(body);
   ApiRequest r;
   try {
-    r = kind == ApiKind::Chat ? parse_chat_request(b, ctx) : parse_completion_request(b, ctx);
+    if (kind == ApiKind::Chat && b.contains("tools")) {
+      // Tools keep their members' order (a schema's properties): parsed again, in order.
+      const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body);
+      r = parse_chat_request(b, ctx, &ordered);
+    } else if (kind == ApiKind::Chat) {
+      r = parse_chat_request(b, ctx);
+    } else {
+      r = parse_completion_request(b, ctx);
+    }
   } catch (const ApiError&) {
     throw;
   } catch (const Error& e) {  // e.g. the tokenizer refusing input
@@ -391,12 +400,17 @@ ApiRequest parse_completion_request(const json& b, const ApiContext& ctx) {
   return r;
 }
 
-ApiRequest parse_chat_request(const json& b, const ApiContext& ctx) {
+ApiRequest parse_chat_request(const json& b, const ApiContext& ctx, const nlohmann::ordered_json* ordered) {
   ApiRequest r;
   r.kind = ApiKind::Chat;
   check_model(b, ctx, r);
   if (!b.contains("messages")) throw ApiError(400, "'messages' is required", "messages");
   if (!ctx.tokenizer) throw ApiError(400, "this model has no tokenizer; send token ids (to /v1/completions)", "messages");
+  nlohmann::ordered_json body = nlohmann::ordered_json::object();  // the tool fields
+  for (const char* k : {"tools", "tool_choice", "parallel_tool_calls"})
+    if (b.contains(k)) body[k] = ordered ? (*ordered)[k] : nlohmann::ordered_json(b[k]);
+  std::shared_ptr<ToolRequest> tools = parse_tools(body, ctx.tool_format);
+  const bool use_tools = tools && tools->choice != ToolChoice::None;
   std::string text;
   bool templated = false;
   try {
@@ -414,7 +428,14 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx) {
           throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
         extra = nlohmann::ordered_json(b["chat_template_kwargs"]);
       }
-      text = apply_chat_template(*ctx.chat_template, nlohmann::ordered_json(b["messages"]), true, extra);
+      nlohmann::ordered_json messages = tool_messages(b["messages"], ctx.tool_format);
+      if (use_tools) {
+        if (ctx.chat_template->tmpl.uses_variable("tools"))
+          extra["tools"] = body["tools"];
+        else
+          messages = with_tools_system_prompt(messages, *tools, body["tools"]);
+      }
+      text = apply_chat_template(*ctx.chat_template, messages, true, extra);
       templated = true;
       r.reasoning = ctx.reasoning;
       r.reasoning_open = ctx.reasoning && ReasoningSplitter::prompt_opens_reasoning(text);
@@ -422,6 +443,7 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   } catch (const Error& e) {
     throw ApiError(400, e.what(), "messages");
   }
+  if (use_tools) r.tools = tools;
   // A template writes BOS and every special token itself (as transformers'
   // apply_chat_template), so the tokenizer must not add them again.
   if (templated) {
@@ -433,8 +455,13 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   if (r.prompts[0].empty()) throw ApiError(400, "the rendered chat prompt is empty", "messages");
 
   parse_common(b, ctx, r);
-  if (has(b, "tools") && !(b["tools"].is_array() && b["tools"].empty()))
-    throw ApiError(400, "'tools' is not supported", "tools");
+  if (use_tools && (tools->choice == ToolChoice::Required || tools->choice == ToolChoice::Named)) {
+    const json* rf = has(b, "response_format") ? &b["response_format"] : nullptr;
+    if (rf && !(rf->is_object() && rf->contains("type") && (*rf)["type"] == "text"))
+      throw ApiError(400, "'response_format' cannot be combined with a required tool call", "response_format");
+    if (!ctx.structured) throw ApiError(400, "'tool_choice' needs the model's tokenizer", "tool_choice");
+    r.response_format = tool_choice_grammar(*ctx.structured, *tools);
+  }
   r.logprobs = get_bool(b, "logprobs", false);
   const int64_t top = get_int(b, "top_logprobs", 0);
   if (top < 0 || top > 20) throw ApiError(400, "'top_logprobs' must be an integer in [0, 20]", "top_logprobs");

@@ -15,9 +15,20 @@
 //   vLLM-style extensions on both: top_k (0 or -1 = off), min_p,
 //     repetition_penalty, ignore_eos, stop_token_ids;
 //   response_format on both: text, json_object, json_schema (structured
-//     outputs by constrained decoding: server/structured_output.h).
+//     outputs by constrained decoding: server/structured_output.h);
+//   chat tools (function tools: name, description, parameters), tool_choice
+//     (none | auto | required | {"type": "function", "function": {"name"}}),
+//     parallel_tool_calls (server/tool_calls.h): the tools go to the chat
+//     template (or, for a template that never reads `tools`, into a system
+//     message describing them and the family's call format); the answer's calls
+//     come back as message.tool_calls (finish_reason "tool_calls"). "required"
+//     and a named function constrain decoding to calls whose arguments fit the
+//     parameter schemas; "none" leaves the tools out of the prompt. Assistant
+//     messages with tool_calls and "tool" messages are passed to the template,
+//     with each call's arguments as the object the template expects (a JSON
+//     string for DeepSeek's, which concatenates them).
 // Fields that would change the result and are not implemented (best_of > 1, echo,
-// suffix, logit_bias, tools) are a 400 naming the field; unknown fields are ignored.
+// suffix, logit_bias) are a 400 naming the field; unknown fields are ignored.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -29,6 +40,7 @@
 #include "grammar/token_mask.h"
 #include "io/chat_template.h"
 #include "server/structured_output.h"
+#include "server/tool_calls.h"
 
 namespace mx {
 class Tokenizer;
@@ -77,6 +89,8 @@ struct ApiContext {
   StructuredOutputs* structured = nullptr;
   // The chat template thinks ("</think>"): split reasoning_content off chat answers (server/reasoning.h).
   bool reasoning = false;
+  // The format the chat template writes tool calls in (None: requests with tools are refused).
+  ToolFormat tool_format = ToolFormat::None;
   int kv_capacity = 0;     // tokens one sequence can hold in the KV cache (0: unknown); defaults are cut to it
   ApiLimits limits;
 };
@@ -101,13 +115,18 @@ struct ApiRequest {
   bool token_events = false;
   // response_format's grammar (null: free text); each choice gets its own matcher.
   std::shared_ptr<grammar::GrammarMasks> response_format;
+  // Chat tools with tool_choice other than "none": parse the answers' calls (null: no tools).
+  std::shared_ptr<const ToolRequest> tools;
   bool reasoning = false;       // split reasoning_content off the answer ...
   bool reasoning_open = false;  // ... which starts inside "<think>" (the prompt opened it)
 };
 
 // Both throw ApiError (400 bad field or a limit of ctx.limits exceeded, 404 unknown model).
 ApiRequest parse_completion_request(const nlohmann::json& body, const ApiContext& ctx);
-ApiRequest parse_chat_request(const nlohmann::json& body, const ApiContext& ctx);
+// ordered: the same body with its members in order (tools' schemas keep their
+// property order); null: taken from body (sorted).
+ApiRequest parse_chat_request(const nlohmann::json& body, const ApiContext& ctx,
+                              const nlohmann::ordered_json* ordered = nullptr);
 
 // Parses a request body; 400 ApiError for invalid JSON or a non-object.
 nlohmann::json parse_body(const std::string& body);

@@ -1,5 +1,6 @@
 #include "server/structured_output.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -47,20 +48,43 @@ class GrammarConstraint final : public TokenConstraint {
 
 StructuredOutputs::StructuredOutputs(const Tokenizer& tok, int64_t vocab) : tok_(tok), vocab_(vocab) {}
 
-std::vector<std::string> StructuredOutputs::vocab_pieces(const Tokenizer& tok, int64_t vocab) {
+std::vector<std::string> StructuredOutputs::vocab_pieces(const Tokenizer& tok, int64_t vocab,
+                                                         const std::vector<std::string>& markers) {
   std::vector<std::string> pieces(static_cast<size_t>(vocab));
   for (int64_t id = 0; id < vocab && id < int64_t(tok.vocab_size); ++id) {
     const TokenType t = tok.token_type(int32_t(id));
-    // Control tokens (end of turn, tool markers ...) are never part of a structured output.
-    if (t == TokenType::Control || t == TokenType::Unknown || t == TokenType::Unused) continue;
+    // Control tokens (end of turn, tool markers ...) are never part of a structured output ...
+    if (t == TokenType::Control) {
+      // ... unless the grammar spells them (tool-call tags).
+      const std::string text = tok.token_piece(int32_t(id), true);
+      if (std::find(markers.begin(), markers.end(), text) != markers.end()) pieces[size_t(id)] = text;
+      continue;
+    }
+    if (t == TokenType::Unknown || t == TokenType::Unused) continue;
     pieces[size_t(id)] = tok.token_piece(int32_t(id));
   }
   return pieces;
 }
 
-const grammar::VocabTrie& StructuredOutputs::trie() {
-  if (!trie_) trie_ = std::make_shared<const grammar::VocabTrie>(vocab_pieces(tok_, vocab_));
-  return *trie_;
+std::vector<int32_t> StructuredOutputs::marker_ids(const Tokenizer& tok, const std::vector<std::string>& markers) {
+  std::vector<int32_t> ids;
+  for (const std::string& m : markers)
+    if (const auto id = tok.find_token(m); id && tok.token_type(*id) == TokenType::Control) ids.push_back(*id);
+  return ids;
+}
+
+std::shared_ptr<grammar::GrammarMasks> StructuredOutputs::cached(const std::string& key,
+                                                                 const std::function<grammar::Grammar()>& build,
+                                                                 const std::vector<std::string>& markers) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  grammar::Grammar g = build();
+  std::shared_ptr<const grammar::VocabTrie>& trie = tries_[markers];
+  if (!trie) trie = std::make_shared<const grammar::VocabTrie>(vocab_pieces(tok_, vocab_, markers));
+  auto masks = std::make_shared<grammar::GrammarMasks>(std::move(g), trie);
+  if (cache_.size() >= kMaxCachedGrammars) cache_.erase(cache_.begin());
+  cache_[key] = masks;
+  return masks;
 }
 
 std::shared_ptr<grammar::GrammarMasks> StructuredOutputs::compile(const ojson& rf) {
@@ -80,15 +104,13 @@ std::shared_ptr<grammar::GrammarMasks> StructuredOutputs::compile(const ojson& r
   } else {
     fail("response_format type '{}' is not supported (text, json_object, json_schema)", type);
   }
-  const std::string key = schema.dump();
-  std::lock_guard<std::mutex> lk(mu_);
-  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  grammar::Grammar g = grammar::json_schema_grammar(schema);
-  trie();
-  auto masks = std::make_shared<grammar::GrammarMasks>(std::move(g), trie_);
-  if (cache_.size() >= kMaxCachedGrammars) cache_.erase(cache_.begin());
-  cache_[key] = masks;
-  return masks;
+  return cached("schema " + schema.dump(), [&] { return grammar::json_schema_grammar(schema); }, {});
+}
+
+std::shared_ptr<grammar::GrammarMasks> StructuredOutputs::compile_grammar(const std::string& key,
+                                                                          const std::function<grammar::Grammar()>& build,
+                                                                          const std::vector<std::string>& markers) {
+  return cached("server " + key, build, markers);
 }
 
 std::shared_ptr<TokenConstraint> StructuredOutputs::constraint(std::shared_ptr<grammar::GrammarMasks> g,

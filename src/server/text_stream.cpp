@@ -70,14 +70,20 @@ std::string sanitize_utf8(std::string_view s, bool keep_incomplete_tail, std::st
   return out;
 }
 
-TextStream::TextStream(const Tokenizer* tok, std::vector<std::string> stop) : tok_(tok), stop_(std::move(stop)) {
+TextStream::TextStream(const Tokenizer* tok, std::vector<std::string> stop, std::vector<int32_t> shown_controls)
+    : tok_(tok), stop_(std::move(stop)), shown_(std::move(shown_controls)) {
   stop_.erase(std::remove(stop_.begin(), stop_.end(), std::string()), stop_.end());
   for (const auto& s : stop_) max_stop_ = std::max(max_stop_, s.size());
 }
 
+std::string TextStream::piece(int32_t token) const {
+  if (!tok_) return {};
+  return tok_->token_piece(token, std::find(shown_.begin(), shown_.end(), token) != shown_.end());
+}
+
 std::string TextStream::push(int32_t token) {
   if (stopped_ || !tok_) return {};
-  return push_bytes(tok_->token_piece(token));
+  return push_bytes(piece(token));
 }
 
 std::string TextStream::push_bytes(std::string_view bytes) {

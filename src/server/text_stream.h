@@ -27,11 +27,15 @@ namespace mx::server {
 class TextStream {
  public:
   // tok may be null (a model without tokenizer): then every token's text is "".
-  TextStream(const Tokenizer* tok, std::vector<std::string> stop);
+  // shown_controls: control tokens whose text is output (they decode to nothing
+  // otherwise), e.g. the tool-call tags a request with tools parses.
+  TextStream(const Tokenizer* tok, std::vector<std::string> stop, std::vector<int32_t> shown_controls = {});
 
   // Appends one token; returns the text that became safe to emit (often "").
   // After a stop string matched, further tokens are ignored and return "".
   std::string push(int32_t token);
+  // The bytes push appends for a token.
+  std::string piece(int32_t token) const;
   // Appends raw bytes (what push does with the token's piece).
   std::string push_bytes(std::string_view bytes);
   // End of generation: returns what is still held (a stop-string prefix that
@@ -47,6 +51,7 @@ class TextStream {
 
   const Tokenizer* tok_;
   std::vector<std::string> stop_;
+  std::vector<int32_t> shown_;
   size_t max_stop_ = 0;
   std::string raw_;   // bytes not yet decoded: an incomplete UTF-8 sequence
   std::string held_;  // valid UTF-8 withheld because it may start a stop string

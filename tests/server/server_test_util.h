@@ -89,6 +89,14 @@ inline std::string synthetic_model_dir(const TempDir& d, const std::string& arch
   return dir;
 }
 
+// Sets a checkpoint's max_position_embeddings (the tiny presets' 512 is too
+// short for prompts that describe tools in a synthetic vocabulary).
+inline void set_context_length(const std::string& dir, int n) {
+  json cfg = json::parse(slurp(fs::path(dir) / "config.json"));
+  cfg["max_position_embeddings"] = n;
+  spit(fs::path(dir) / "config.json", cfg.dump(2));
+}
+
 // An in-process server: engine + HttpServer on a free port, run on a thread.
 class TestServer {
  public:

@@ -34,8 +34,15 @@ TEST(OpenAiClient, OfficialNpmClientWorksAgainstTheServer) {
   o.tokenizer = (d.path() / "tokenizer.json").string();
   o.name = "text-model";
   TestServer srv(d.path().string(), o);
+  // Tool calls need a chat template with a call format: the synthetic Qwen3's.
+  const std::string qwen = synthetic_model_dir(d, "qwen3", 5);
+  set_context_length(qwen, 2048);
+  TestServer::Options qo = TestServer::with_own_tokenizer(qwen);
+  qo.name = "tools-model";
+  TestServer tools_srv(qwen, qo, qwen);
   auto r = run("cd '" + work.string() + "' && MXSERVE_BASE_URL=http://127.0.0.1:" + std::to_string(srv.port()) +
-                   "/v1 MXSERVE_MODEL=text-model timeout 60 node test.mjs",
+                   "/v1 MXSERVE_MODEL=text-model MXSERVE_TOOLS_BASE_URL=http://127.0.0.1:" +
+                   std::to_string(tools_srv.port()) + "/v1 MXSERVE_TOOLS_MODEL=tools-model timeout 90 node test.mjs",
                true);
   std::printf("%s", r.out.c_str());
   EXPECT_EQ(r.code, 0) << r.out;

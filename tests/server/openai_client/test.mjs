@@ -236,4 +236,54 @@ await check('structured output: json_object, and an unsupported keyword is BadRe
   );
 });
 
+// Tool calling, against a second server whose model has a chat template with a
+// tool-call format (the synthetic Qwen3: <tool_call>{json}</tool_call>).
+const toolsURL = process.env.MXSERVE_TOOLS_BASE_URL;
+const toolsModel = process.env.MXSERVE_TOOLS_MODEL;
+assert.ok(toolsURL && toolsModel, 'MXSERVE_TOOLS_BASE_URL and MXSERVE_TOOLS_MODEL must be set');
+const toolClient = new OpenAI({ baseURL: toolsURL, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+const tools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'The weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 8 } }, required: ['city'] },
+  },
+}];
+const askWeather = { model: toolsModel, messages: [{ role: 'user', content: 'The weather in Paris?' }], tools,
+                     tool_choice: 'required', parallel_tool_calls: false, temperature: 0, max_tokens: 400 };
+let calls;
+await check('tools: tool_choice required answers with message.tool_calls', async () => {
+  const r = await toolClient.chat.completions.create(askWeather);
+  const ch = r.choices[0];
+  assert.equal(ch.finish_reason, 'tool_calls');
+  calls = ch.message.tool_calls;
+  assert.ok(calls.length >= 1);
+  for (const c of calls) {
+    assert.equal(c.type, 'function');
+    assert.match(c.id, /^call_/);
+    assert.equal(c.function.name, 'get_weather');
+    assert.equal(typeof JSON.parse(c.function.arguments).city, 'string');
+  }
+});
+
+await check("tools: streamed, the client's accumulated calls are the same", async () => {
+  const stream = toolClient.chat.completions.stream({ ...askWeather, stream: true });
+  const final = await stream.finalChatCompletion();
+  assert.equal(final.choices[0].finish_reason, 'tool_calls');
+  assert.deepEqual(final.choices[0].message.tool_calls.map((c) => c.function), calls.map((c) => c.function));
+});
+
+await check('tools: the call and its result go back into the conversation', async () => {
+  const r = await toolClient.chat.completions.create({
+    model: toolsModel, tools, max_tokens: 8, temperature: 0,
+    messages: [askWeather.messages[0], { role: 'assistant', content: null, tool_calls: calls },
+               { role: 'tool', tool_call_id: calls[0].id, content: '18 C, sunny' }],
+  });
+  assert.ok(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason));
+  await assert.rejects(
+    toolClient.chat.completions.create({ ...askWeather, tool_choice: { type: 'function', function: { name: 'nope' } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice',
+  );
+});
+
 console.log('all openai client checks passed');
