@@ -26,7 +26,27 @@ struct Engine::Request {
   std::unique_ptr<Sampler> draft_sampler;
   int spec_k = 0;  // draft length to ask for (adaptive: follows acceptance)
   int step_start = 0, step_row = 0;
+  std::vector<TokenLogprob> prompt_lp;  // prompt_logprobs: position p + 1's, at p
+  bool prompt_scored = false;           // ... sent with the first token
 };
+
+TokenLogprob token_logprob(const float* lg, int vocab, int32_t tok, int k) {
+  double mx = -INFINITY, s = 0;
+  for (int v = 0; v < vocab; ++v) mx = std::max(mx, double(lg[v]));
+  for (int v = 0; v < vocab; ++v) s += std::exp(double(lg[v]) - mx);
+  const double log_z = mx + std::log(s);
+  TokenLogprob out;
+  out.logprob = float(double(lg[tok]) - log_z);
+  k = std::min(k, vocab);
+  if (k > 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(vocab));
+    for (int v = 0; v < vocab; ++v) ids[size_t(v)] = v;
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
+    for (int i = 0; i < k; ++i) out.top.push_back({ids[size_t(i)], float(double(lg[ids[size_t(i)]]) - log_z)});
+  }
+  return out;
+}
 
 Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& opts) : model_(std::move(model)), opts_(opts) {
   MX_CHECK(opts_.block_size > 0 && opts_.max_running > 0 && opts_.max_queue >= 0 && opts_.step_tokens > 0,
@@ -151,7 +171,8 @@ void Engine::admit() {
   while (int(running_.size()) < opts_.max_running && !waiting_.empty()) {
     auto r = std::move(waiting_.front());
     waiting_.pop_front();
-    if (opts_.prefix_cache) {
+    // A prompt to score is computed in full, once.
+    if (opts_.prefix_cache && (r->req.prompt_logprobs < 0 || r->prompt_scored)) {
       // Keep at least the last token to compute: its logits give the next token.
       const int matched = cache_->match(r->tokens.data(), int(r->tokens.size()), int(r->tokens.size()) - 1,
                                         r->kv.blocks);
@@ -211,20 +232,13 @@ bool Engine::emit_token(Request& r, int32_t tok, const float* lg) {
   TokenEvent ev;
   ev.token = tok;
   if (r.req.logprobs > 0) {
-    double mx = -INFINITY, s = 0;
-    for (int v = 0; v < c.vocab_size; ++v) mx = std::max(mx, double(lg[v]));
-    for (int v = 0; v < c.vocab_size; ++v) s += std::exp(double(lg[v]) - mx);
-    const double log_z = mx + std::log(s);
-    ev.logprob = float(double(lg[tok]) - log_z);
-    if (r.req.top_logprobs > 0) {
-      // The k largest logits, ties to the lower id (a stable order for tests and clients).
-      const int k = std::min(r.req.top_logprobs, c.vocab_size);
-      std::vector<int32_t> ids(size_t(c.vocab_size));
-      for (int v = 0; v < c.vocab_size; ++v) ids[size_t(v)] = v;
-      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                        [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
-      for (int i = 0; i < k; ++i) ev.top.push_back({ids[size_t(i)], float(double(lg[ids[size_t(i)]]) - log_z)});
-    }
+    TokenLogprob lp = token_logprob(lg, c.vocab_size, tok, r.req.top_logprobs);
+    ev.logprob = lp.logprob;
+    ev.top = std::move(lp.top);
+  }
+  if (r.req.prompt_logprobs >= 0 && !r.prompt_scored) {
+    ev.prompt_logprobs = std::move(r.prompt_lp);
+    r.prompt_scored = true;
   }
   r.tokens.push_back(tok);
   r.generated.push_back(tok);
@@ -267,6 +281,7 @@ bool Engine::step() {
   std::vector<Request*>& in_batch = in_batch_;
   in_batch.clear();
   logit_owner_.clear();
+  prompt_rows_.clear();
   int budget = opts_.step_tokens, rows = 0;
   // Decodes first (one token each, plus its draft), then prefill chunks, in admission order.
   for (int pass = 0; pass < 2 && budget > 0; ++pass) {
@@ -288,6 +303,18 @@ bool Engine::step() {
         for (int j = 0; j < n; ++j) batch_.logit_rows.push_back(r->step_row + j);
         logit_owner_.push_back({r, rows, k});
         rows += n;
+      } else if (r->req.prompt_logprobs >= 0 && !r->prompt_scored) {
+        // Scoring the prompt: a row per position whose next token is a prompt token, then the sampling row.
+        const bool last = r->computed + n == int(r->tokens.size());
+        batch_.add(&r->kv, r->tokens.data() + r->computed, n, r->computed, false);
+        const int scored = std::max(0, std::min(r->computed + n, r->n_prompt - 1) - r->computed);
+        if (scored > 0) prompt_rows_.push_back({r, rows, scored, r->computed});
+        for (int j = 0; j < scored; ++j) batch_.logit_rows.push_back(r->step_row + j);
+        rows += scored;
+        if (last) {
+          batch_.logit_rows.push_back(r->step_row + n - 1);
+          logit_owner_.push_back({r, rows++, 0});
+        }
       } else {
         const bool last = r->computed + n == int(r->tokens.size());
         batch_.add(&r->kv, r->tokens.data() + r->computed, n, r->computed, last);
@@ -318,6 +345,15 @@ bool Engine::step() {
     if (opts_.prefix_cache && !r->prompt_cached && r->computed >= r->n_prompt) {
       cache_->insert(r->tokens.data(), r->n_prompt, r->kv.blocks);  // share the prompt while it decodes
       r->prompt_cached = true;
+    }
+  }
+  for (const PromptRows& p : prompt_rows_) {
+    Request* r = p.r;
+    r->prompt_lp.resize(size_t(r->n_prompt - 1));
+    for (int j = 0; j < p.count; ++j) {
+      const int pos = p.first_pos + j;
+      r->prompt_lp[size_t(pos)] = token_logprob(logits_.data() + size_t(p.first_row + j) * V, V,
+                                                r->tokens[size_t(pos) + 1], r->req.prompt_logprobs);
     }
   }
   uint64_t generated = 0, rounds = 0, drafted = 0, accepted = 0;

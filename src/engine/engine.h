@@ -47,7 +47,20 @@ struct GenerationRequest {
   int top_logprobs = 0;           // ... and the logprobs of this many most likely tokens
   // Structured output: the tokens allowed next (null: any). Owned by the request.
   std::shared_ptr<TokenConstraint> constraint;
+  // >= 0: also score the prompt: each prompt token's logprob (from the second
+  // on) with this many most likely alternatives, on the first event. Such a
+  // prompt is computed in full (no prefix-cache hit) until it has been scored.
+  int prompt_logprobs = -1;
 };
+
+// A token's logprob and the most likely tokens at its position, most likely first.
+struct TokenLogprob {
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+// log softmax(logits)[token] and the k largest (ties to the lower id, a stable
+// order for tests and clients), in double precision.
+TokenLogprob token_logprob(const float* logits, int vocab, int32_t token, int k);
 
 struct TokenEvent {
   int32_t token = -1;      // -1 on a final event without a token
@@ -57,6 +70,8 @@ struct TokenEvent {
   bool finished = false;
   std::string finish_reason;  // "stop", "length", "abort", or an error message
   int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  // GenerationRequest::prompt_logprobs: on the first event, prompt tokens 1.. in order.
+  std::vector<TokenLogprob> prompt_logprobs;
 };
 // Called on the engine thread, in order, once per generated token; the last
 // event has finished = true.
@@ -134,6 +149,11 @@ class Engine {
     int first_row;  // its first row in logits_
     int drafts;     // drafts verified in this step (rows = drafts + 1)
   };
+  struct PromptRows {  // prompt positions scored this step (GenerationRequest::prompt_logprobs)
+    Request* r;
+    int first_row, count, first_pos;  // rows first_row.. hold positions first_pos.., predicting the token after
+  };
+  std::vector<PromptRows> prompt_rows_;
   std::vector<Request*> in_batch_;                      // reused by step()
   std::vector<LogitOwner> logit_owner_;
   std::vector<std::pair<Request*, std::string>> done_;  // finished this step, with reason

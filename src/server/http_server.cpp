@@ -88,6 +88,11 @@ struct Choice {
   std::vector<float> logprobs;    // per token when asked
   std::vector<std::vector<std::pair<int32_t, float>>> top;  // per token: the most likely alternatives
   std::vector<size_t> offsets;    // byte offset of each token's text in the completion
+  // echo: the prompt's text, tokens and (with logprobs) their logprobs (the first has none).
+  std::string echo_text;
+  std::vector<int32_t> echo_tokens;
+  std::vector<TokenLogprob> echo_logprobs;
+  bool echo_unsent = false;       // streamed: not yet in a chunk
   size_t raw_bytes = 0;
   size_t sent_tokens = 0;         // streamed: tokens already in a chunk
   int prompt_tokens = 0, cached_tokens = 0;
@@ -211,6 +216,7 @@ struct HttpServer::Impl {
       g.ignore_eos = r.ignore_eos;
       g.logprobs = r.logprobs ? 1 : 0;
       g.top_logprobs = r.top_logprobs;
+      if (r.echo && r.logprobs) g.prompt_logprobs = r.top_logprobs;
       if (r.response_format) {
         // The output may end (EOS) where the format is complete; with ignore_eos it
         // ends where nothing more can follow.
@@ -312,6 +318,20 @@ struct HttpServer::Impl {
     const TokenEvent& ev = e.ev;
     c.prompt_tokens = ev.prompt_tokens;
     c.cached_tokens = ev.cached_tokens;
+    if (ev.token >= 0 && job.req.echo && c.tokens.empty() && !c.echo_unsent && c.echo_text.empty()) {
+      c.echo_tokens = job.req.prompts[size_t(e.choice)];
+      c.echo_logprobs = ev.prompt_logprobs;
+      if (tok) c.echo_text = sanitize_utf8(tok->decode(c.echo_tokens));
+      c.echo_unsent = true;
+      c.raw_bytes = c.echo_text.size();  // completion offsets follow the prompt's text
+    }
+    if (ev.token >= 0 && job.req.prompt_only) {  // echo with max_tokens 0: the prompt alone
+      end_text(c);
+      engine.cancel(c.engine_id);
+      finish_choice(c, "length");
+      --job.remaining;
+      return;
+    }
     if (ev.token >= 0) {
       c.tokens.push_back(ev.token);
       c.offsets.push_back(c.raw_bytes);
@@ -342,7 +362,8 @@ struct HttpServer::Impl {
     return sanitize_utf8(tok->token_piece(id));
   }
 
-  json logprobs_json(const Job& job, const Choice& c, size_t from, size_t to) const {
+  // with_echo: completions with echo put the prompt's tokens first.
+  json logprobs_json(const Job& job, const Choice& c, size_t from, size_t to, bool with_echo = false) const {
     if (!job.req.logprobs) return json();
     if (job.req.kind == ApiKind::Chat) {
       json content = json::array();
@@ -365,6 +386,23 @@ struct HttpServer::Impl {
       return json{{"content", content}, {"refusal", nullptr}};
     }
     json toks = json::array(), lps = json::array(), offs = json::array(), tops = json::array();
+    if (with_echo && !c.echo_tokens.empty()) {
+      // The prompt's tokens first: the first has no logprob (nothing predicts it).
+      size_t off = 0;
+      for (size_t i = 0; i < c.echo_tokens.size(); ++i) {
+        const int32_t id = c.echo_tokens[i];
+        toks.push_back(token_string(id));
+        offs.push_back(off);
+        off += tok ? tok->token_piece(id).size() : 0;
+        const TokenLogprob* lp = i > 0 && i - 1 < c.echo_logprobs.size() ? &c.echo_logprobs[i - 1] : nullptr;
+        lps.push_back(lp ? json(lp->logprob) : json());
+        json alts = lp ? json::object() : json();
+        if (lp)
+          for (const auto& [aid, alp] : lp->top)
+            if (!alts.contains(token_string(aid))) alts[token_string(aid)] = alp;
+        tops.push_back(alts);
+      }
+    }
     for (size_t i = from; i < to; ++i) {
       toks.push_back(token_string(c.tokens[i]));
       lps.push_back(c.logprobs[i]);
@@ -412,8 +450,8 @@ struct HttpServer::Impl {
           ch["message"]["reasoning_content"] = c.full_reasoning.empty() ? json() : json(c.full_reasoning);
       }
       else
-        ch["text"] = c.full_text;
-      ch["logprobs"] = logprobs_json(job, c, 0, c.tokens.size());
+        ch["text"] = c.echo_text + c.full_text;
+      ch["logprobs"] = logprobs_json(job, c, 0, c.tokens.size(), true);
       ch["finish_reason"] = c.finish_reason;
       ch["token_ids"] = c.tokens;
       choices.push_back(std::move(ch));
@@ -448,10 +486,10 @@ struct HttpServer::Impl {
       }
       ch["delta"] = delta;
     } else {
-      ch["text"] = c.delta;
+      ch["text"] = c.echo_unsent ? c.echo_text + c.delta : c.delta;
     }
     const size_t to = first_chat_chunk ? c.sent_tokens : c.tokens.size();
-    ch["logprobs"] = first_chat_chunk ? json() : logprobs_json(job, c, c.sent_tokens, to);
+    ch["logprobs"] = first_chat_chunk ? json() : logprobs_json(job, c, c.sent_tokens, to, c.echo_unsent);
     ch["finish_reason"] = (c.done && !first_chat_chunk) ? json(c.finish_reason) : json();
     ch["token_ids"] = std::vector<int32_t>(c.tokens.begin() + long(c.sent_tokens), c.tokens.begin() + long(to));
     if (!first_chat_chunk) {
@@ -459,6 +497,7 @@ struct HttpServer::Impl {
       c.reasoning_delta.clear();
       c.sent_tokens = to;
       c.sent_calls = c.calls.size();
+      c.echo_unsent = false;
     }
     json chunk = chunk_base(job);
     chunk["choices"] = json::array({ch});
@@ -513,7 +552,8 @@ struct HttpServer::Impl {
         Choice& c = job.choices[i];
         if (!touched[i]) continue;
         // Text requests: tokens without text yet ride along with the next text.
-        if (c.done || !c.delta.empty() || !c.reasoning_delta.empty() || c.calls.size() > c.sent_calls)
+        if (c.done || !c.delta.empty() || !c.reasoning_delta.empty() || c.calls.size() > c.sent_calls ||
+            c.echo_unsent)
           if (!send_json(choice_chunk(job, c, i))) return gone();
       }
     }

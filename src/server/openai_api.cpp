@@ -271,8 +271,13 @@ void parse_common(const json& b, const ApiContext& ctx, ApiRequest& r) {
 
 void resolve_max_tokens(const json& b, const char* key, int def, const ApiContext& ctx, ApiRequest& r) {
   const bool given = has(b, key);
-  const int64_t v = get_int(b, key, def);
-  if (given && v < 1) throw ApiError(400, fmt::format("'{}' must be at least 1, got {}", key, v), key);
+  int64_t v = get_int(b, key, def);
+  if (given && v == 0 && r.echo) {  // echo only: score the prompt (the engine's one token is dropped)
+    r.prompt_only = true;
+    v = 1;
+  }
+  if (given && v < 1)
+    throw ApiError(400, fmt::format("'{}' must be at least 1{}, got {}", key, r.echo ? " (0 with echo)" : "", v), key);
   if (v > std::numeric_limits<int>::max()) throw ApiError(400, fmt::format("'{}' is too large", key), key);
   const int cap = ctx.limits.max_tokens;
   if (given && cap > 0 && v > cap)
@@ -380,7 +385,7 @@ ApiRequest parse_completion_request(const json& b, const ApiContext& ctx) {
     if (x.empty()) throw ApiError(400, "the prompt is empty (no tokens)", "prompt");
 
   parse_common(b, ctx, r);
-  if (get_bool(b, "echo", false)) throw ApiError(400, "'echo' is not supported", "echo");
+  r.echo = get_bool(b, "echo", false);
   if (has(b, "suffix") && !(b["suffix"].is_string() && b["suffix"].get<std::string>().empty()))
     throw ApiError(400, "'suffix' is not supported", "suffix");
   if (get_int(b, "best_of", 1) != 1) throw ApiError(400, "'best_of' must be 1 (or absent)", "best_of");

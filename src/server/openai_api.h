@@ -6,7 +6,9 @@
 //   /v1/completions: model, prompt (string | [string] | [int] | [[int]]: one
 //     choice per prompt), max_tokens (default 16), stream, stream_options
 //     {include_usage}, stop, logprobs (N <= 5: the sampled tokens' logprobs and N top alternatives),
-//     n, best_of (1 only), echo (false only), seed, temperature,
+//     n, best_of (1 only), echo (the prompt's text before the completion's;
+//     with logprobs, the prompt tokens' logprobs too, the first null, as OpenAI's
+//     legacy API and vLLM; max_tokens 0 with echo scores the prompt alone), seed, temperature,
 //     top_p, presence_penalty, frequency_penalty, user (ignored);
 //   /v1/chat/completions: model, messages (see chat_prompt.h), max_tokens /
 //     max_completion_tokens (default: the rest of the context), stream,
@@ -27,7 +29,7 @@
 //     messages with tool_calls and "tool" messages are passed to the template,
 //     with each call's arguments as the object the template expects (a JSON
 //     string for DeepSeek's, which concatenates them).
-// Fields that would change the result and are not implemented (best_of > 1, echo,
+// Fields that would change the result and are not implemented (best_of > 1,
 // suffix, logit_bias) are a 400 naming the field; unknown fields are ignored.
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -107,7 +109,9 @@ struct ApiRequest {
   bool ignore_eos = false;
   bool stream = false, include_usage = false;
   bool logprobs = false;
-  int top_logprobs = 0;  // alternatives per token (chat top_logprobs, completions logprobs N)
+  int top_logprobs = 0;
+  bool echo = false;         // completions: the prompt comes back before the completion
+  bool prompt_only = false;  // echo with max_tokens 0: one token is generated and dropped  // alternatives per token (chat top_logprobs, completions logprobs N)
   // Stream one event per generated token (its token_ids, with whatever text became
   // safe to send), rather than only when text is complete: for token-id prompts
   // and for requests with "return_token_ids": true, so token timing can be measured

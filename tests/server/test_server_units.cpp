@@ -175,7 +175,8 @@ TEST(OpenAiApi, ParsesPromptsAndSampling) {
   expect_400(R"({"prompt":[1,"a"]})", "prompt");
   expect_400(R"({"prompt":[-1]})", "prompt");
   expect_400(R"({"prompt":[1],"logprobs":6})", "logprobs");
-  expect_400(R"({"prompt":[1],"echo":true})", "echo");
+  expect_400(R"({"prompt":[1],"echo":true,"max_tokens":-1})", "max_tokens");
+  expect_400(R"({"prompt":[1],"max_tokens":0})", "max_tokens");
   expect_400(R"({"prompt":[1],"stream_options":{"include_usage":true}})", "stream_options");
   try {
     parse_completion_request(json::parse(R"({"model":"other","prompt":[1]})"), ctx);
