@@ -55,8 +55,8 @@ struct DevWeight {
   }
 };
 
-// Rotary embedding of the first rotary_dim dims of each head (models/rope.h):
-// inv_freq[rotary_dim/2] in backend memory, angles pos * inv_freq.
+// Rotary embedding of the first rotary_dim dims of each head (models/rope.h;
+// the CPU math: kernels/cpu/ops.h rope_rotate): inv_freq[rotary_dim/2] in backend memory, angles pos * inv_freq.
 struct RopeArgs {
   int rotary_dim = 0;
   bool interleaved = false;  // false: dim i pairs with i + rotary_dim/2 (rotate_half)
