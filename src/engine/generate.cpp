@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "engine/kv_cache.h"  // kv_cache_dtype
 
 namespace mx {
 
