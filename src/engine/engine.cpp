@@ -256,14 +256,31 @@ bool Engine::emit_token(Request& r, int32_t tok, const float* lg) {
   return false;
 }
 
+// One engine step in three stages, split as vLLM (Scheduler.schedule, the model
+// runner's execute_model, Scheduler.update_from_output) and sglang
+// (get_next_batch_to_run, run_batch, process_batch_result) split theirs:
+// schedule (which requests, how many tokens each, their drafts), run_forward
+// (the forward on the model's backend), process_outputs (sample or verify,
+// emit, finish, draft again).
 bool Engine::step() {
   admit();
   if (running_.empty()) {
     publish_metrics(0, 0);
     return false;
   }
-  const ModelConfig& c = model_->config();
-  const int V = c.vocab_size;
+  if (!schedule()) return !waiting_.empty();
+  if (!run_forward()) {
+    publish_metrics(0, 0);
+    return true;
+  }
+  process_outputs();
+  return true;
+}
+
+// Packs this step's batch_ (decodes with their drafts first, then prefill
+// chunks, in admission order, under step_tokens), with in_batch_ and
+// logit_owner_; false when nothing fits.
+bool Engine::schedule() {
   batch_.clear();
   // Per-step lists live in members so a decode step does not allocate.
   std::vector<Request*>& in_batch = in_batch_;
@@ -299,18 +316,31 @@ bool Engine::step() {
       budget -= n;
     }
   }
-  if (batch_.tokens.empty()) return !waiting_.empty();
+  return !batch_.tokens.empty();
+}
+
+// The scheduled batch through the model, logits_ (and hidden_ for the drafter)
+// filled; false when the forward failed (its requests then finished with an error).
+bool Engine::run_forward() {
   done_.clear();
   try {
     model_->forward(batch_, *pool_, logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
   } catch (const std::exception& e) {
     // The step's requests fail with the error; the engine and every other request go on.
-    for (Request* r : in_batch)
+    for (Request* r : in_batch_)
       done_.push_back({r, FinishReason::Error, std::string("the forward pass failed: ") + e.what()});
-    finish_done(in_batch);
-    publish_metrics(0, 0);
-    return true;
+    finish_done(in_batch_);
+    return false;
   }
+  return true;
+}
+
+// After the forward: advances each request past what was computed, samples
+// (or verifies drafts) from its logits rows, emits tokens, finishes what is
+// done, drafts again and publishes the step's metrics.
+void Engine::process_outputs() {
+  const int V = model_->config().vocab_size;
+  std::vector<Request*>& in_batch = in_batch_;
   uint64_t computed_prompt = 0;
   for (size_t i = 0; i < in_batch.size(); ++i) {
     Request* r = in_batch[i];
@@ -388,7 +418,6 @@ bool Engine::step() {
   metrics_.spec_rounds += rounds;
   metrics_.spec_draft_tokens += drafted;
   metrics_.spec_accepted_tokens += accepted;
-  return true;
 }
 
 bool Engine::all_finite(const float* v, size_t n) {

@@ -108,6 +108,10 @@ class Engine {
  private:
   struct Request;
   bool step();  // one forward; false when there was nothing to do
+  // step()'s stages (engine.cpp says what each does).
+  bool schedule();
+  bool run_forward();
+  void process_outputs();
   void admit();
   bool reserve_or_preempt(Request& r, int n_tokens, const std::vector<Request*>& in_batch);
   // Ends r: its final event says why (error: what failed, for FinishReason::Error).
