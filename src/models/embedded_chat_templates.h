@@ -1,7 +1,7 @@
 #pragma once
 // The model families' real chat templates, byte for byte as their Hugging Face
 // tokenizer_config.json / chat_template.jinja have them. Defined in a .cpp that
-// CMake generates at configure time from tests/data/chat_templates/*.jinja
+// CMake generates at configure time from data/chat_templates/*.jinja
 // (sources in SOURCES.md there; the list of files is MX_EMBEDDED_CHAT_TEMPLATES
 // in CMakeLists.txt), so the files stay the one copy. Used by make-test-model
 // (models/synthetic.cpp) for the tokenizer_config.json it writes.
