@@ -10,7 +10,7 @@ it declares; anything else is an up-include and is reported as FILE:LINE.
 
 Run: tools/check-layers.py [--root DIR]   (exit 0 clean, 1 on offending includes)
      tools/check-layers.py --self-test     (checks the checker on a small made-up tree)
-A ctest (Layers.CheckLayers in CMakeLists.txt) runs both.
+The ctests Layers.CheckLayers and Layers.SelfTest (CMakeLists.txt) run them.
 """
 import argparse
 import fnmatch
