@@ -170,8 +170,8 @@ class EngineTarget : public Target {
         if (ev.finished) {
           r.prompt_tokens = ev.prompt_tokens;
           r.cached_tokens = ev.cached_tokens;
-          r.ok = ev.finish_reason == "length" || ev.finish_reason == "stop";
-          if (!r.ok) r.error = "engine: " + ev.finish_reason;
+          r.ok = ev.finish_reason == FinishReason::Length || ev.finish_reason == FinishReason::Stop;
+          if (!r.ok) r.error = "engine: " + mx::describe(ev.finish_reason, ev.error);
           done = true;
           cv.notify_all();
         }

@@ -74,7 +74,10 @@ GenerateResult generate_speculative(std::unique_ptr<Model> model, const std::vec
       if (r.tokens.empty()) t_first = clock::now();
       r.tokens.push_back(ev.token);
     }
-    if (ev.finished) r.finish_reason = ev.finish_reason;
+    if (ev.finished) {
+      r.finish_reason = ev.finish_reason;
+      r.error = ev.error;
+    }
   });
   engine.run_until_idle();
   const auto t1 = clock::now();
@@ -158,7 +161,7 @@ Command add_generate(CLI::App& app) {
                            r.prompt_tokens, r.prefill_seconds,
                            r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0.0, n,
                            r.decode_seconds, r.decode_seconds > 0 ? (n - 1) / r.decode_seconds : 0.0,
-                           r.finish_reason.c_str(), isa_name(best_isa()), global_pool().size());
+                           describe(r.finish_reason, r.error).c_str(), isa_name(best_isa()), global_pool().size());
               if (r.decode_seconds > 0 && n > 1)
                 std::fprintf(stderr, "backend %s: %.1f GB/s of weights per decoded token (%.1f MiB a token)\n",
                              a->par.device.c_str(), bytes_per_token * ((n - 1) / r.decode_seconds) / 1e9,

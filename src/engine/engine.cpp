@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 
@@ -71,7 +72,7 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& opts) : model_
 
 Engine::~Engine() {
   stop();
-  for (auto& r : running_) finish(*r, "abort");
+  for (auto& r : running_) finish(*r, FinishReason::Abort);
   running_.clear();
 }
 
@@ -82,12 +83,12 @@ uint64_t Engine::submit(GenerationRequest req, TokenCallback cb) {
   for (int32_t t : req.prompt)
     MX_CHECK(t >= 0 && t < c.vocab_size, "token id {} is outside the vocabulary [0, {})", t, c.vocab_size);
   const int64_t total = int64_t(req.prompt.size()) + req.max_tokens;
-  MX_CHECK(total <= c.max_position_embeddings,
-           "prompt ({} tokens) + max_tokens ({}) = {} exceeds the model's context of {} tokens", req.prompt.size(),
-           req.max_tokens, total, c.max_position_embeddings);
-  MX_CHECK((total + opts_.block_size - 1) / opts_.block_size <= pool_->n_blocks(),
-           "prompt + max_tokens ({} tokens) exceeds the KV cache capacity of {} tokens", total,
-           int64_t(pool_->n_blocks()) * opts_.block_size);
+  if (total > c.max_position_embeddings)
+    throw ContextTooLong(fmt::format("prompt ({} tokens) + max_tokens ({}) = {} exceeds the model's context of {} "
+                                     "tokens", req.prompt.size(), req.max_tokens, total, c.max_position_embeddings));
+  if ((total + opts_.block_size - 1) / opts_.block_size > pool_->n_blocks())
+    throw ContextTooLong(fmt::format("prompt + max_tokens ({} tokens) exceeds the KV cache capacity of {} tokens",
+                                     total, int64_t(pool_->n_blocks()) * opts_.block_size));
   req.sampling.validate();
   auto r = std::make_unique<Request>();
   r->req = std::move(req);
@@ -127,12 +128,13 @@ void Engine::release_kv(Request& r) {
   r.draft_q.clear();
 }
 
-void Engine::finish(Request& r, const std::string& reason) {
+void Engine::finish(Request& r, FinishReason reason, const std::string& error) {
   if (opts_.prefix_cache && r.computed > 0) cache_->insert(r.tokens.data(), r.computed, r.kv.blocks);
   release_kv(r);
   TokenEvent ev;
   ev.finished = true;
   ev.finish_reason = reason;
+  ev.error = error;
   ev.prompt_tokens = r.n_prompt;
   ev.cached_tokens = r.cached;
   ev.completion_tokens = int(r.generated.size());
@@ -156,14 +158,14 @@ void Engine::admit() {
   };
   for (auto it = waiting_.begin(); it != waiting_.end();)
     if (is_cancelled(**it)) {
-      finish(**it, "abort");
+      finish(**it, FinishReason::Abort);
       it = waiting_.erase(it);
     } else {
       ++it;
     }
   for (auto it = running_.begin(); it != running_.end();)
     if (is_cancelled(**it)) {
-      finish(**it, "abort");
+      finish(**it, FinishReason::Abort);
       it = running_.erase(it);
     } else {
       ++it;
@@ -242,15 +244,15 @@ bool Engine::emit_token(Request& r, int32_t tok, const float* lg) {
   }
   r.tokens.push_back(tok);
   r.generated.push_back(tok);
-  const char* reason = nullptr;
+  std::optional<FinishReason> reason;
   const bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), tok) != c.eos_token_ids.end();
   if ((eos && !r.req.ignore_eos) ||
       std::find(r.req.stop_ids.begin(), r.req.stop_ids.end(), tok) != r.req.stop_ids.end())
-    reason = "stop";
+    reason = FinishReason::Stop;
   else if (r.req.constraint && (r.req.constraint->accept(tok), r.req.constraint->finished()))
-    reason = "stop";  // the structured output is complete
+    reason = FinishReason::Stop;  // the structured output is complete
   else if (int(r.generated.size()) >= r.req.max_tokens || int(r.tokens.size()) >= c.max_position_embeddings)
-    reason = "length";
+    reason = FinishReason::Length;
   ev.prompt_tokens = r.n_prompt;
   ev.cached_tokens = r.cached;
   ev.completion_tokens = int(r.generated.size());
@@ -258,24 +260,41 @@ bool Engine::emit_token(Request& r, int32_t tok, const float* lg) {
     if (r.cb) r.cb(ev);
     return true;
   }
-  done_.emplace_back(&r, reason);
+  done_.push_back({&r, *reason, {}});
   if (r.cb) {
     ev.finished = true;
-    ev.finish_reason = reason;
+    ev.finish_reason = *reason;
     r.cb(ev);
     r.cb = nullptr;  // finish() must not send a second final event
   }
   return false;
 }
 
+// One engine step in three stages, split as vLLM (Scheduler.schedule, the model
+// runner's execute_model, Scheduler.update_from_output) and sglang
+// (get_next_batch_to_run, run_batch, process_batch_result) split theirs:
+// schedule (which requests, how many tokens each, their drafts), run_forward
+// (the forward on the model's backend), process_outputs (sample or verify,
+// emit, finish, draft again).
 bool Engine::step() {
   admit();
   if (running_.empty()) {
     publish_metrics(0, 0);
     return false;
   }
-  const ModelConfig& c = model_->config();
-  const int V = c.vocab_size;
+  if (!schedule()) return !waiting_.empty();
+  if (!run_forward()) {
+    publish_metrics(0, 0);
+    return true;
+  }
+  process_outputs();
+  return true;
+}
+
+// Packs this step's batch_ (decodes with their drafts first, then prefill
+// chunks, in admission order, under step_tokens), with in_batch_ and
+// logit_owner_; false when nothing fits.
+bool Engine::schedule() {
   batch_.clear();
   // Per-step lists live in members so a decode step does not allocate.
   std::vector<Request*>& in_batch = in_batch_;
@@ -324,17 +343,31 @@ bool Engine::step() {
       budget -= n;
     }
   }
-  if (batch_.tokens.empty()) return !waiting_.empty();
+  return !batch_.tokens.empty();
+}
+
+// The scheduled batch through the model, logits_ (and hidden_ for the drafter)
+// filled; false when the forward failed (its requests then finished with an error).
+bool Engine::run_forward() {
   done_.clear();
   try {
     model_->forward(batch_, *pool_, logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
   } catch (const std::exception& e) {
     // The step's requests fail with the error; the engine and every other request go on.
-    for (Request* r : in_batch) done_.emplace_back(r, std::string("error: the forward pass failed: ") + e.what());
-    finish_done(in_batch);
-    publish_metrics(0, 0);
-    return true;
+    for (Request* r : in_batch_)
+      done_.push_back({r, FinishReason::Error, std::string("the forward pass failed: ") + e.what()});
+    finish_done(in_batch_);
+    return false;
   }
+  return true;
+}
+
+// After the forward: advances each request past what was computed, samples
+// (or verifies drafts) from its logits rows, emits tokens, finishes what is
+// done, drafts again and publishes the step's metrics.
+void Engine::process_outputs() {
+  const int V = model_->config().vocab_size;
+  std::vector<Request*>& in_batch = in_batch_;
   uint64_t computed_prompt = 0;
   for (size_t i = 0; i < in_batch.size(); ++i) {
     Request* r = in_batch[i];
@@ -364,7 +397,7 @@ bool Engine::step() {
     if (!all_finite(lg, size_t(o.drafts + 1) * V)) {
       // A NaN in the weights or activations (e.g. one poisoned embedding row):
       // this request fails with an error, the server goes on.
-      done_.emplace_back(r, "error: the model's logits for this request are NaN or infinite");
+      done_.push_back({r, FinishReason::Error, "the model's logits for this request are NaN or infinite"});
       continue;
     }
     if (o.drafts == 0) {
@@ -372,7 +405,7 @@ bool Engine::step() {
         if (constraint) constraint->mask(lg, V);
         emit_token(*r, r->sampler->sample(lg, r->generated), lg);
       } catch (const std::exception& e) {
-        done_.emplace_back(r, std::string("error: ") + e.what());
+        done_.push_back({r, FinishReason::Error, e.what()});
         continue;
       }
       ++generated;
@@ -391,7 +424,7 @@ bool Engine::step() {
           // Each row is masked in the state after the tokens emitted before it.
           constraint ? PrepareRow([&](int row) { constraint->mask(lg + size_t(row) * V, V); }) : PrepareRow());
     } catch (const std::exception& e) {
-      done_.emplace_back(r, std::string("error: ") + e.what());
+      done_.push_back({r, FinishReason::Error, e.what()});
       continue;
     }
     // Positions computed..computed+a hold the last token and the accepted
@@ -411,7 +444,7 @@ bool Engine::step() {
       draft_next(in_batch);
     } catch (const std::exception& e) {
       for (Request* r : in_batch)
-        if (r) done_.emplace_back(r, std::string("error: drafting failed: ") + e.what());
+        if (r) done_.push_back({r, FinishReason::Error, std::string("drafting failed: ") + e.what()});
       finish_done(in_batch);
     }
   }
@@ -421,7 +454,6 @@ bool Engine::step() {
   metrics_.spec_rounds += rounds;
   metrics_.spec_draft_tokens += drafted;
   metrics_.spec_accepted_tokens += accepted;
-  return true;
 }
 
 bool Engine::all_finite(const float* v, size_t n) {
@@ -432,10 +464,10 @@ bool Engine::all_finite(const float* v, size_t n) {
 
 // Finishes the requests in done_ (this step's) and clears their in_batch entries.
 void Engine::finish_done(std::vector<Request*>& in_batch) {
-  for (const auto& [r, reason] : done_) {
+  for (const auto& [r, reason, error] : done_) {
     auto it = std::find_if(running_.begin(), running_.end(), [r = r](auto& p) { return p.get() == r; });
     if (it == running_.end()) continue;  // listed twice
-    finish(**it, reason);
+    finish(**it, reason, error);
     running_.erase(it);
     std::replace(in_batch.begin(), in_batch.end(), r, static_cast<Request*>(nullptr));
   }

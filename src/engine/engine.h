@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/finish_reason.h"
 #include "engine/kv_cache.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampling.h"
@@ -68,7 +69,8 @@ struct TokenEvent {
   // The most likely tokens and their logprobs, most likely first (top_logprobs).
   std::vector<std::pair<int32_t, float>> top;
   bool finished = false;
-  std::string finish_reason;  // "stop", "length", "abort", or an error message
+  FinishReason finish_reason = FinishReason::Stop;  // on the final event
+  std::string error;  // FinishReason::Error: what failed (describe() adds "error: ")
   int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   // GenerationRequest::prompt_logprobs: on the first event, prompt tokens 1.. in order.
   std::vector<TokenLogprob> prompt_logprobs;
@@ -93,11 +95,12 @@ class Engine {
   Engine(std::unique_ptr<Model> model, const EngineOptions& opts);
   ~Engine();  // stops the loop, aborting what is left
 
-  // Thread-safe. Validates the request (throws mx::Error: empty prompt, too
-  // long for the context, bad sampling params, token ids out of range) and
-  // returns its id; throws QueueFull when max_queue requests are waiting.
+  // Thread-safe. Validates the request (throws mx::Error: empty prompt, bad
+  // sampling params, token ids out of range; ContextTooLong when prompt +
+  // max_tokens exceed the model's context or the KV cache) and returns its id;
+  // throws QueueFull when max_queue requests are waiting.
   uint64_t submit(GenerationRequest req, TokenCallback cb);
-  void cancel(uint64_t id);  // thread-safe; the request ends with reason "abort"
+  void cancel(uint64_t id);  // thread-safe; the request ends with FinishReason::Abort
 
   // Runs steps until every submitted request has finished (tests, CLI).
   void run_until_idle();
@@ -112,13 +115,22 @@ class Engine {
   struct QueueFull : Error {
     using Error::Error;
   };
+  // The OpenAI API's context_length_exceeded (the server's 400 names that code).
+  struct ContextTooLong : Error {
+    using Error::Error;
+  };
 
  private:
   struct Request;
   bool step();  // one forward; false when there was nothing to do
+  // step()'s stages (engine.cpp says what each does).
+  bool schedule();
+  bool run_forward();
+  void process_outputs();
   void admit();
   bool reserve_or_preempt(Request& r, int n_tokens, const std::vector<Request*>& in_batch);
-  void finish(Request& r, const std::string& reason);
+  // Ends r: its final event says why (error: what failed, for FinishReason::Error).
+  void finish(Request& r, FinishReason reason, const std::string& error = {});
   void finish_done(std::vector<Request*>& in_batch);
   static bool all_finite(const float* v, size_t n);  // no NaN, no +inf
   void release_kv(Request& r);
@@ -156,7 +168,12 @@ class Engine {
   std::vector<PromptRows> prompt_rows_;
   std::vector<Request*> in_batch_;                      // reused by step()
   std::vector<LogitOwner> logit_owner_;
-  std::vector<std::pair<Request*, std::string>> done_;  // finished this step, with reason
+  struct Done {
+    Request* r;
+    FinishReason reason;
+    std::string error;  // FinishReason::Error: what failed
+  };
+  std::vector<Done> done_;  // finished this step
   std::vector<float> logits_, hidden_;
   std::unique_ptr<Drafter> drafter_;
   std::vector<SpecSeq> spec_seqs_;

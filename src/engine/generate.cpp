@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "engine/kv_cache.h"  // kv_cache_dtype
 
 namespace mx {
 
@@ -56,7 +57,7 @@ GenerateResult run_generation(const ModelConfig& c, const std::vector<int32_t>& 
            prompt.size(), opts.max_tokens, total, c.max_position_embeddings);
   GenerateResult r;
   r.prompt_tokens = int(prompt.size());
-  r.finish_reason = "length";
+  r.finish_reason = FinishReason::Length;
   r.tokens.reserve(opts.max_tokens);
   auto t0 = Clock::now();
   if (opts.max_tokens == 0) return r;
@@ -70,7 +71,7 @@ GenerateResult run_generation(const ModelConfig& c, const std::vector<int32_t>& 
     if (on_token) on_token(tok);
     if (!opts.ignore_eos &&
         std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), tok) != c.eos_token_ids.end()) {
-      r.finish_reason = "stop";
+      r.finish_reason = FinishReason::Stop;
       break;
     }
     if (i + 1 == opts.max_tokens) break;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/finish_reason.h"
 #include "engine/sampling.h"
 #include "models/model.h"
 
@@ -22,7 +23,8 @@ struct GenerateOptions {
 
 struct GenerateResult {
   std::vector<int32_t> tokens;
-  std::string finish_reason;  // "stop" (EOS) or "length"
+  FinishReason finish_reason = FinishReason::Length;  // Stop (EOS) or Length; mxserve generate's engine path: any
+  std::string error;  // FinishReason::Error: what failed (only from the engine)
   double prefill_seconds = 0, decode_seconds = 0;
   int prompt_tokens = 0;
 };

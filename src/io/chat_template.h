@@ -4,7 +4,7 @@
 // (ImmutableSandboxedEnvironment with trim_blocks + lstrip_blocks, loop controls,
 // its tojson, raise_exception and strftime_now; keep_trailing_newline off).
 // Enough for the real templates of Llama-3.x, Qwen2.5 / Qwen3, GLM-4.5 and
-// DeepSeek-V3(.1) (tests/data/chat_templates).
+// DeepSeek-V3(.1) (data/chat_templates).
 //
 // Supported: {{ }}, {% %}, {# #}, whitespace control (-, +), if/elif/else,
 // for (else, `if` filter, tuple targets, loop.index/index0/revindex/revindex0/

@@ -16,7 +16,6 @@
 #include "io/gguf_rows.h"
 #include "io/gguf_writer.h"
 #include "quant/mxfp4.h"
-#include "quant/quantizer.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

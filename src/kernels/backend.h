@@ -55,8 +55,8 @@ struct DevWeight {
   }
 };
 
-// Rotary embedding of the first rotary_dim dims of each head (models/rope.h):
-// inv_freq[rotary_dim/2] in backend memory, angles pos * inv_freq.
+// Rotary embedding of the first rotary_dim dims of each head (models/rope.h;
+// the CPU math: kernels/cpu/ops.h rope_rotate): inv_freq[rotary_dim/2] in backend memory, angles pos * inv_freq.
 struct RopeArgs {
   int rotary_dim = 0;
   bool interleaved = false;  // false: dim i pairs with i + rotary_dim/2 (rotate_half)
@@ -75,7 +75,7 @@ struct RouteArgs {
   const float* bias = nullptr;  // e_score_correction_bias [n_experts] or null
 };
 
-// Paged KV cache of one layer (engine/kv_cache.h): position p of a sequence is
+// Paged KV cache of one layer (models/kv_cache.h): position p of a sequence is
 // slot block_table[p / block_size] * block_size + p % block_size; a slot holds
 // k_width values of K and v_width values of V. kv head g's key is at g * head_dim.
 // Values are stored as `dtype`: F32, BF16 or F8_E4M3 (unscaled, i.e. a scale of

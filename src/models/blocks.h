@@ -8,9 +8,9 @@
 // definition of the model for the CPU and the GPUs.
 #include <string>
 
-#include "engine/kv_cache.h"
 #include "kernels/backend.h"
 #include "models/device_weights.h"
+#include "models/kv_cache.h"
 #include "models/model.h"
 #include "models/rope.h"
 #include "models/weight_binder.h"

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv_cache.h"
 #include "io/model_config.h"
+#include "models/kv_cache.h"
 #include "models/weight_binder.h"
 
 namespace mx {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "io/model_config.h"
+#include "kernels/cpu/ops.h"  // rope_rotate: the math, which the CPU backend runs too
 
 namespace mx {
 
@@ -22,11 +23,8 @@ class Rope {
   // x: n_heads vectors spaced `stride` floats apart, each rotated on its first
   // rotary_dim dims for position pos.
   void apply(float* x, int n_heads, int stride, int pos) const {
-    rotate(x, n_heads, stride, pos, rotary_dim_, style_ == RopeStyle::Interleaved, mscale_, inv_freq_.data());
+    rope_rotate(x, n_heads, stride, pos, rotary_dim_, style_ == RopeStyle::Interleaved, mscale_, inv_freq_.data());
   }
-  // The same on explicit parameters (the CPU backend; inv_freq[rotary_dim / 2]).
-  static void rotate(float* x, int n_heads, int stride, int pos, int rotary_dim, bool interleaved,
-                     float mscale, const float* inv_freq);
   const std::vector<float>& inv_freq() const { return inv_freq_; }
   float mscale() const { return mscale_; }
   RopeStyle style() const { return style_; }

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
-#include "engine/kv_cache.h"
+#include "models/kv_cache.h"
 #include "parallel/comm_local.h"
 #include "parallel/shard.h"
 

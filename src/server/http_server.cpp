@@ -255,7 +255,7 @@ struct HttpServer::Impl {
       } catch (const Error& e) {
         cancel_unfinished(job);
         std::string msg = e.what();
-        const bool ctx_len = msg.find("exceeds") != std::string::npos;
+        const bool ctx_len = dynamic_cast<const Engine::ContextTooLong*>(&e) != nullptr;
         throw ApiError(400, msg, r.kind == ApiKind::Chat ? "messages" : "prompt",
                        ctx_len ? "context_length_exceeded" : "");
       }
@@ -350,9 +350,7 @@ struct HttpServer::Impl {
     if (ev.finished) {
       add_text(c, c.text->finish());
       end_text(c);
-      std::string reason = ev.finish_reason;
-      if (reason != "stop" && reason != "length" && reason != "abort") reason = "error";
-      finish_choice(c, reason);
+      finish_choice(c, to_string(ev.finish_reason));
       --job.remaining;
     }
   }

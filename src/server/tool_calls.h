@@ -5,7 +5,7 @@
 // constrains decoding to calls when the client requires one.
 //
 // Formats, as each family's chat template renders an assistant message's
-// tool_calls (tests/data/chat_templates/) and as vLLM's tool parsers read them
+// tool_calls (data/chat_templates/) and as vLLM's tool parsers read them
 // (vllm/entrypoints/openai/tool_parsers: hermes, glm4_moe, deepseekv3 /
 // deepseekv31, llama3_json):
 //   Hermes (Qwen2.5, Qwen3):  <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>

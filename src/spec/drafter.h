@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv_cache.h"
 #include "engine/sampling.h"
+#include "models/kv_cache.h"
 
 namespace mx {
 

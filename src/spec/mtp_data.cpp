@@ -30,8 +30,8 @@ void run_all(Engine& e, std::vector<std::vector<int32_t>>& seqs, const std::vect
     std::vector<int32_t>* out = &seqs[i];
     e.submit(std::move(r), [out](const TokenEvent& ev) {
       if (ev.token >= 0) out->push_back(ev.token);
-      if (ev.finished && ev.finish_reason != "length")
-        fail("mtp-data: a generation ended with '{}'", ev.finish_reason);
+      if (ev.finished && ev.finish_reason != FinishReason::Length)
+        fail("mtp-data: a generation ended with '{}'", describe(ev.finish_reason, ev.error));
     });
   }
   e.run_until_idle();

@@ -108,14 +108,35 @@ TEST(Engine, RejectsWhatCannotFitAndFullQueues) {
   o.max_queue = 2;
   Engine e(load_model(stories()), o);
   Collected c;
-  EXPECT_THROW(submit(e, c, prompt_of(0, 60), 10), Error);  // 70 tokens > 64 slots
-  EXPECT_THROW(submit(e, c, {}, 10), Error);
-  EXPECT_THROW(submit(e, c, {1, 9999}, 10), Error);
-  EXPECT_THROW(submit(e, c, prompt_of(0, 10), 600), Error);  // past the context
+  // Too long for the KV cache or the context: ContextTooLong (the server's
+  // context_length_exceeded); other invalid requests: a plain Error.
+  EXPECT_THROW(submit(e, c, prompt_of(0, 60), 10), Engine::ContextTooLong);  // 70 tokens > 64 slots
+  auto plain_error = [&](const std::vector<int32_t>& p) {
+    try {
+      submit(e, c, p, 10);
+    } catch (const Engine::ContextTooLong&) {
+      return false;
+    } catch (const Error&) {
+      return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(plain_error({}));
+  EXPECT_TRUE(plain_error({1, 9999}));
+  EXPECT_THROW(submit(e, c, prompt_of(0, 10), 600), Engine::ContextTooLong);  // past the context
   for (int i = 0; i < 3; ++i) submit(e, c, prompt_of(i, 10), 4);
   EXPECT_THROW(submit(e, c, prompt_of(9, 10), 4), Engine::QueueFull);
   e.run_until_idle();
   EXPECT_EQ(c.final.size(), 3u);
+}
+
+TEST(Engine, FinishReasonsAreTheOpenAiStrings) {
+  EXPECT_STREQ(to_string(FinishReason::Stop), "stop");
+  EXPECT_STREQ(to_string(FinishReason::Length), "length");
+  EXPECT_STREQ(to_string(FinishReason::Abort), "abort");
+  EXPECT_STREQ(to_string(FinishReason::Error), "error");
+  EXPECT_EQ(describe(FinishReason::Length, ""), "length");
+  EXPECT_EQ(describe(FinishReason::Error, "the forward pass failed: x"), "error: the forward pass failed: x");
 }
 
 TEST(Engine, CancelEndsARequestWithAbortAndFreesItsKv) {
@@ -124,7 +145,7 @@ TEST(Engine, CancelEndsARequestWithAbortAndFreesItsKv) {
   const uint64_t id = submit(e, c, prompt_of(3, 20), 200);
   e.cancel(id);
   e.run_until_idle();
-  EXPECT_EQ(c.final[id].finish_reason, "abort");
+  EXPECT_EQ(c.final[id].finish_reason, FinishReason::Abort);
   const auto m = e.metrics();
   EXPECT_EQ(m.kv_blocks_free + m.kv_blocks_cached, m.kv_blocks_total);
 }

@@ -62,7 +62,7 @@ TEST(Generate, StopsAtEosUnlessIgnored) {
   for (uint64_t seed = 0; seed < 20 && !stopped; ++seed) {
     o.sampling.seed = seed;
     auto r = generate(*m, {1}, o);
-    if (r.finish_reason == "stop") {
+    if (r.finish_reason == FinishReason::Stop) {
       stopped = true;
       EXPECT_TRUE(r.tokens.back() == 1 || r.tokens.back() == 2);
       EXPECT_LT(r.tokens.size(), 400u);

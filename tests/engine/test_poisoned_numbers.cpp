@@ -70,12 +70,12 @@ TEST(PoisonedNumbers, NanEmbeddingRowFailsOnlyTheRequestsThatReachIt) {
   clean.run_until_idle();
   bad.run_until_idle();
   for (uint64_t id : {1, 3}) {  // token 7 in neither prompt: served as by the clean model
-    EXPECT_EQ(got.final[id].finish_reason, "length") << id;
+    EXPECT_EQ(got.final[id].finish_reason, FinishReason::Length) << id;
     EXPECT_EQ(got.tokens[id], want.tokens[id]) << id;
   }
   for (uint64_t id : {2, 4}) {
-    EXPECT_EQ(got.final[id].finish_reason.rfind("error: ", 0), 0u) << id << ": " << got.final[id].finish_reason;
-    EXPECT_NE(got.final[id].finish_reason.find("NaN"), std::string::npos) << got.final[id].finish_reason;
+    EXPECT_EQ(got.final[id].finish_reason, FinishReason::Error) << id << ": " << got.final[id].error;
+    EXPECT_NE(got.final[id].error.find("NaN"), std::string::npos) << got.final[id].error;
   }
   // Still serving, and the KV blocks of the failed requests came back.
   const uint64_t again = mxtest::submit(bad, got, {1, 2, 3}, 8);
@@ -97,8 +97,8 @@ TEST(PoisonedNumbers, NanRouterWeightsGiveAnErrorNotACrash) {
       for (int i = 0; i < 3; ++i) mxtest::submit(e, got, {1, 2, 3, 4}, 6);
       e.run_until_idle();
       for (uint64_t id : {1, 2, 3})
-        EXPECT_EQ(got.final[id].finish_reason.rfind("error: ", 0), 0u) << arch << " " << backend << ": "
-                                                                       << got.final[id].finish_reason;
+        EXPECT_EQ(got.final[id].finish_reason, FinishReason::Error) << arch << " " << backend << ": "
+                                                                    << got.final[id].error;
     }
     // The CLI says so and exits 1 (it died with SIGSEGV, 139).
     auto r = mxtest::run(mxtest::mxserve() + " generate --model " + m + " --prompt-ids '1 2 3' --max-tokens 4 "

@@ -1,5 +1,5 @@
 // Chat templates: the real templates of Llama-3.3, Qwen2.5, Qwen3, GLM-4.5 and
-// DeepSeek-V3.1 (tests/data/chat_templates, sources in SOURCES.md) render a
+// DeepSeek-V3.1 (data/chat_templates, sources in SOURCES.md) render a
 // conversation to exactly the text transformers' apply_chat_template produces.
 // The expected strings are written by hand from each template's logic (and
 // were cross-checked against Python's jinja2 with transformers' settings).
@@ -19,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string template_file(const std::string& name) {
-  return mxtest::slurp(mxtest::source_dir() / "tests" / "data" / "chat_templates" / name);
+  return mxtest::slurp(mxtest::source_dir() / "data" / "chat_templates" / name);
 }
 
 ChatTemplate load(const std::string& name) {

@@ -29,7 +29,7 @@ struct Family {
   const char* bos;                // what config.json's bos_token_id is
   std::vector<const char*> eos;   // what config.json's eos_token_id is
   const char* tokenizer_eos;      // tokenizer_config.json eos_token
-  const char* template_file;      // tests/data/chat_templates
+  const char* template_file;      // data/chat_templates
   std::vector<const char*> roles; // special tokens the rendered chat must contain
 };
 
@@ -160,7 +160,7 @@ TEST_P(SyntheticTokenizer, LoadsMatchesConfigAndRoundTrips) {
 
   // The family's real chat template, rendered and tokenized.
   EXPECT_EQ(tcfg.at("chat_template").get<std::string>(),
-            mxtest::slurp(mxtest::source_dir() / "tests" / "data" / "chat_templates" / fam.template_file));
+            mxtest::slurp(mxtest::source_dir() / "data" / "chat_templates" / fam.template_file));
   const json msgs = json::parse(R"([
       {"role": "system", "content": "You are a helpful assistant."},
       {"role": "user", "content": "Hello! Caf\u00e9 \ud83d\ude00"},

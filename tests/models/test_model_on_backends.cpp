@@ -69,7 +69,8 @@ std::vector<std::vector<int32_t>> serve(const std::string& dir, const std::strin
     q.ignore_eos = true;
     engine.submit(std::move(q), [&out, r](const TokenEvent& ev) {
       if (ev.token >= 0) out[r].push_back(ev.token);
-      if (ev.finished && ev.finish_reason != "length") ADD_FAILURE() << "request " << r << ": " << ev.finish_reason;
+      if (ev.finished && ev.finish_reason != FinishReason::Length)
+        ADD_FAILURE() << "request " << r << ": " << describe(ev.finish_reason, ev.error);
     });
   }
   engine.run_until_idle();

@@ -140,7 +140,7 @@ TEST(ToolCalls, TemplatesAreRecognisedByTheirCallFormat) {
       {"meta-llama-Llama-3.3-70B-Instruct.jinja", ToolFormat::Llama3Json},
   };
   for (const auto& [file, format] : files)
-    EXPECT_EQ(mx::server::detect_tool_format(slurp(source_dir() / "tests" / "data" / "chat_templates" / file)),
+    EXPECT_EQ(mx::server::detect_tool_format(slurp(source_dir() / "data" / "chat_templates" / file)),
               format)
         << file;
   EXPECT_EQ(mx::server::detect_tool_format("{{ messages }}"), ToolFormat::None);

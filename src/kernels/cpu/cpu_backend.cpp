@@ -25,7 +25,6 @@
 #include "kernels/fill_impl.h"
 #include "kernels/route_impl.h"
 #include "kernels/sample_impl.h"
-#include "models/rope.h"
 
 namespace mx {
 namespace {
@@ -118,7 +117,7 @@ class CpuBackend final : public Backend {
             const RopeArgs& r) override {
     pool_.parallel_for(T, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t)
-        Rope::rotate(x + t * token_stride, n_heads, head_stride, pos[t], r.rotary_dim, r.interleaved, r.mscale,
+        rope_rotate(x + t * token_stride, n_heads, head_stride, pos[t], r.rotary_dim, r.interleaved, r.mscale,
                      r.inv_freq);
     });
   }

@@ -26,4 +26,12 @@ float dot_f32(const float* a, const float* b, int64_t n);
 // y += a * x
 void axpy_f32(float* y, float a, const float* x, int64_t n);
 
+// Rotary position embedding (models/rope.h has the two pairings and where the
+// parameters come from): rotates the first rotary_dim dims of n_heads vectors
+// spaced `stride` floats apart for position pos; interleaved pairs 2i with 2i+1,
+// otherwise i with i + rotary_dim/2 (HF rotate_half). inv_freq[rotary_dim / 2];
+// mscale (yarn's attention factor) scales cos and sin. rotary_dim <= 1024.
+void rope_rotate(float* x, int n_heads, int stride, int pos, int rotary_dim, bool interleaved, float mscale,
+                 const float* inv_freq);
+
 }  // namespace mx
