@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "grammar/regex.h"
 
 namespace mx::grammar {
 
@@ -20,7 +21,7 @@ const std::set<std::string> kAnnotations = {"title",   "description", "default",
 const std::set<std::string> kKeywords = {"type",  "enum",       "const",      "anyOf",      "oneOf",
                                          "allOf", "$ref",       "properties", "required",   "additionalProperties",
                                          "items", "prefixItems", "minItems",  "maxItems",   "minLength",
-                                         "maxLength", "format"};
+                                         "maxLength", "format",     "pattern"};
 constexpr int kMaxDepth = 64;
 constexpr int kMaxRepeat = 4096;  // minItems / maxItems / minLength / maxLength bound
 constexpr int kMaxIndent = 20;
@@ -199,6 +200,24 @@ uint32_t Compiler::ref(const std::string& r, const std::string& path, int depth)
 }
 
 uint32_t Compiler::string(const ojson& s, const std::string& path) {
+  if (s.contains("pattern")) {
+    // JSON Schema's pattern searches (ECMA-262, unanchored): any text around
+    // the match unless the pattern anchors itself with ^ / $.
+    MX_CHECK(s["pattern"].is_string(), "json_schema: 'pattern' at {} must be a string", path);
+    MX_CHECK(!s.contains("format") && !s.contains("minLength") && !s.contains("maxLength"),
+             "json_schema: 'pattern' together with format, minLength or maxLength at {} is not supported", path);
+    const std::string p = s["pattern"].get<std::string>();
+    const bool from_start = !p.empty() && p.front() == '^';
+    const bool to_end = p.size() >= 2 && p.back() == '$' && p[p.size() - 2] != '\\';
+    uint32_t match = 0;
+    try {
+      match = add_regex(g, p, /*json_string=*/true);
+    } catch (const Error& e) {
+      fail("json_schema: 'pattern' at {}: {}", path, e.what());
+    }
+    const Seq before = from_start ? Seq{} : R(chars()), after = to_end ? Seq{} : R(chars());
+    return rule(fresh("string-pattern"), {cat({L("\""), before, R(match), after, L("\"")})});
+  }
   if (s.contains("format")) {
     MX_CHECK(s["format"].is_string(), "json_schema: 'format' at {} must be a string", path);
     const std::string f = s["format"].get<std::string>();

@@ -12,10 +12,13 @@
 // false, as OpenAI's strict mode requires, so the output holds only the listed
 // properties, in the schema's order; true or a schema allows further members);
 // arrays: items, prefixItems, minItems, maxItems; strings: minLength, maxLength,
-// format date, time, date-time, uuid; number, integer, boolean, null.
+// format date, time, date-time, uuid, pattern (grammar/regex.h's syntax,
+// searched as ECMA-262 does: anchored only by its own ^ / $; a '"' or '\\' it
+// matches is written escaped, control characters never); number, integer,
+// boolean, null.
 // Annotations (title, description, default, examples, $schema, $id, $comment,
-// deprecated, readOnly, writeOnly, strict) are ignored. Anything else (pattern,
-// minimum, multipleOf, other formats, ...) is an mx::Error naming the keyword and
+// deprecated, readOnly, writeOnly, strict) are ignored. Anything else
+// (minimum, multipleOf, other formats, ...) is an mx::Error naming the keyword and
 // where it is, so a request gets a 400 rather than an output that ignores part of
 // its schema.
 //

@@ -12,6 +12,7 @@
 #include "io/tokenizer.h"
 #include "server/chat_prompt.h"
 #include "server/chat_tools.h"
+#include "grammar/regex.h"
 #include "server/reasoning.h"
 
 namespace mx::server {
@@ -90,6 +91,23 @@ ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext
       }
     r.prompts = std::move(prompts);
     r.max_tokens = std::move(max_tokens);
+  }
+  if (b.contains("regex") && !b["regex"].is_null()) {
+    // sglang's spelling (vLLM: guided_regex): the whole output matches the expression (grammar/regex.h).
+    if (!b["regex"].is_string()) throw ApiError(400, "'regex' must be a string", "regex");
+    if (r.response_format || (b.contains("response_format") && !b["response_format"].is_null() &&
+                              !(b["response_format"].is_object() &&
+                                                              b["response_format"].contains("type") &&
+                                                              b["response_format"]["type"] == "text")))
+      throw ApiError(400, "'regex' cannot be combined with response_format or a required tool call", "regex");
+    if (!ctx.structured) throw ApiError(400, "'regex' needs the model's tokenizer (this server has none)", "regex");
+    const std::string pattern = b["regex"].get<std::string>();
+    try {
+      r.response_format = ctx.structured->compile_grammar(
+          "regex " + pattern, [&] { return grammar::regex_grammar(pattern); }, {});
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "regex");
+    }
   }
   if (b.contains("response_format") && !b["response_format"].is_null()) {
     // Parsed again keeping the members' order: a schema's properties come out in it.

@@ -17,7 +17,9 @@
 //   vLLM-style extensions on both: top_k (0 or -1 = off), min_p,
 //     repetition_penalty, ignore_eos, stop_token_ids;
 //   response_format on both: text, json_object, json_schema (structured
-//     outputs by constrained decoding: server/structured_output.h);
+//     outputs by constrained decoding: server/structured_output.h); regex on
+//     both (sglang's spelling, vLLM's guided_regex): the whole output matches
+//     the regular expression (grammar/regex.h);
 //   chat tools (function tools: name, description, parameters), tool_choice
 //     (none | auto | required | {"type": "function", "function": {"name"}}),
 //     parallel_tool_calls (server/tool_calls.h): the tools go to the chat

@@ -326,7 +326,7 @@ TEST(ToolCalls, BadToolRequestsAreA400NamingTheField) {
   b["tools"][1]["function"]["name"] = "get_weather";
   expect_400(b, "tools");
   b = tool_body("required");
-  b["tools"][0]["function"]["parameters"]["properties"]["city"]["pattern"] = "^[A-Z]";
+  b["tools"][1]["function"]["parameters"]["properties"]["a"]["minimum"] = 0;
   expect_400(b, "tools");  // a keyword the constraint cannot honour
   b = tool_body("required");
   b["response_format"] = {{"type", "json_object"}};
