@@ -5,6 +5,7 @@
 
 #include "kernels/gpu/gpu_backend.h"
 #include "kernels/gpu/gpu_kernels.h"
+#include "kernels/gpu/nccl_comm.h"
 
 namespace mx {
 namespace MX_GPU_NS {
@@ -31,6 +32,10 @@ class GpuBackend final : public Backend {
     MX_GPU_CHECK(gpuGetDeviceProperties(&prop_, device));
     MX_GPU_CHECK(gpuStreamCreate(&stream_));
     isa_ = arch_isa(prop_);
+  }
+  // This rank's NCCL / RCCL member on this device and stream (nccl_comm.cu).
+  std::unique_ptr<DeviceComm> make_comm(const std::string& id, int rank, int size) {
+    return make_nccl_comm_on(stream_, device_, id, rank, size);
   }
   ~GpuBackend() override {
     drop_graphs();
@@ -260,6 +265,12 @@ int device_count() {
 }
 
 std::unique_ptr<Backend> make_backend(int device) { return std::make_unique<GpuBackend>(device); }
+
+std::unique_ptr<DeviceComm> make_nccl_comm(Backend& b, const std::string& id, int rank, int size) {
+  auto* g = dynamic_cast<GpuBackend*>(&b);
+  if (!g) throw std::runtime_error("nccl: backend " + b.name() + " is not a device of this GPU build");
+  return g->make_comm(id, rank, size);
+}
 
 }  // namespace MX_GPU_NS
 }  // namespace mx
