@@ -175,7 +175,11 @@ TEST(ParallelModel, BadOptionsAreRejected) {
   ParallelOptions po;
   po.tp = 2, po.ep = 4;
   EXPECT_THROW(po.validate(), Error);
-  po.ep = 2, po.backend = "nccl";
+  po.ep = 2, po.backend = "gloo";  // not a communicator mxserve has
+  EXPECT_THROW(po.validate(), Error);
+  po.backend = "nccl";  // device collectives (issue 23): valid options; where they cannot run, load says so
+  EXPECT_NO_THROW(po.validate());
+  po.replica = -1;
   EXPECT_THROW(po.validate(), Error);
 }
 
