@@ -23,7 +23,7 @@ std::string kind_of(const Backend& b) {
 }  // namespace
 
 std::string device_comm_id(Backend& b) {
-  const std::string k = kind_of(b);
+  [[maybe_unused]] const std::string k = kind_of(b);  // unused in a build without GPU backends
   try {
 #ifdef MXSERVE_HAVE_CUDA
     if (k == "cuda") return gpu_cuda::nccl_unique_id();
@@ -38,7 +38,7 @@ std::string device_comm_id(Backend& b) {
 }
 
 std::unique_ptr<DeviceComm> make_device_comm(Backend& b, const std::string& id, int rank, int size) {
-  const std::string k = kind_of(b);
+  [[maybe_unused]] const std::string k = kind_of(b);  // unused in a build without GPU backends
   try {
 #ifdef MXSERVE_HAVE_CUDA
     if (k == "cuda") return gpu_cuda::make_nccl_comm(b, id, rank, size);
