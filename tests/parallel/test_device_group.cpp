@@ -10,6 +10,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/device_comm.h"
+#include "kernels/gpu/gpu_backend.h"
 #include "models/synthetic.h"
 #include "parallel/comm_local.h"
 #include "parallel/device_group.h"
@@ -181,4 +182,27 @@ TEST(DeviceGroup, AllreduceBytesMatchWhatTheHostAllreduceSends) {
         });
       for (auto& t : ts) t.join();
     }
+}
+
+// The part of the NCCL path that runs without a GPU: libnccl.so.2 opened at run
+// time, every entry point resolved, and rank 0's unique id made (ncclGetUniqueId
+// needs no device). Where nvcc saw nccl.h the toolkit ships the library too.
+TEST(DeviceGroup, NcclLibraryOpensAndMakesAUniqueId) {
+#ifdef MXSERVE_HAVE_CUDA
+  const std::string compiled = gpu_cuda::nccl_compiled();
+  if (compiled.find("not compiled") != std::string::npos) GTEST_SKIP() << "SKIPPED: " << compiled;
+  std::string id;
+  std::string err;
+  try {
+    id = gpu_cuda::nccl_unique_id();
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  MXTEST_NEEDS(err.empty(), "libnccl.so.2 next to the nccl.h this build compiled against: " + err);
+  EXPECT_EQ(id.size(), 128u);  // NCCL_UNIQUE_ID_BYTES
+  EXPECT_NE(id, std::string(128, '\0'));
+  EXPECT_NE(id, gpu_cuda::nccl_unique_id()) << "two groups, two ids";
+#else
+  GTEST_SKIP() << "SKIPPED: this build compiles no CUDA backend";
+#endif
 }
