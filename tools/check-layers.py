@@ -28,7 +28,7 @@ LAYERS = [
     ("io", ["io/*"], ["quant"]),  # checkpoint formats, HF config, tokenizers, chat templates
     ("kernels", ["kernels/*"], ["quant"]),  # the Backend interface, CPU and GPU kernels, tuned tables
     ("grammar", ["grammar/*"], ["core"]),  # JSON schema -> grammar -> token masks
-    ("comm", ["parallel/comm*", "parallel/shard.*"], ["core"]),  # communicators and shard plans the model uses
+    ("comm", ["parallel/comm*", "parallel/shard.*", "parallel/device_group.*"], ["kernels"]),  # communicators (host and device) and shard plans the model uses
     ("models", ["models/*"], ["io", "kernels", "comm"]),  # model families, weights, KV pool, forward
     ("sampling", ["engine/sampling.*", "engine/token_constraint.h"], ["core"]),  # sampler, constraint interface
     ("spec", ["spec/*"], ["models", "sampling"]),  # drafters and draft verification

@@ -23,6 +23,7 @@ struct PlanArgs {
   std::string model, hardware, workload = "prefill-heavy", dtype = "bf16", json_out;
   double scale = 1.0, cached = -1, price = -1;
   int input = 0, output = 0, concurrency = 0, prefix_groups = 1, gpus = 0, top = 0, prefill_chunk = 8192;
+  bool comm_bytes = false;
 };
 
 nlohmann::json to_json(const plan::Prediction& p) {
@@ -105,6 +106,21 @@ int run_plan(const PlanArgs& a) {
   }
   std::printf("prefill t/s: prompt tokens/s of the node when all replicas prefill; TTFT: one request's prefill;\n"
               "user t/s: decode speed of one stream; output/total t/s: the workload on the whole node.\n");
+  if (a.comm_bytes) {
+    // Per layer, per token, over one replica's ranks, f32 as mxserve sends (plan/roofline.h
+    // comm_bytes; `generate --comm-stats` measures the same counters).
+    std::printf("comm bytes per token per layer, all ranks of a replica, f32 on the wire (mxserve's collectives):\n");
+    int shown = 0;
+    for (const auto& p : ranked) {
+      if (a.top && shown >= a.top) break;
+      ++shown;
+      const plan::CommBytes c = plan::comm_bytes(shape, p.layout, 4.0);
+      std::printf("  %-14s attn allreduce %.0f, ffn allreduce %.0f, moe all-to-all %.0f, moe allgather %.0f; "
+                  "all %d layers %.0f\n",
+                  p.layout.name().c_str(), c.attn_allreduce, c.ffn_allreduce, c.moe_all_to_all, c.moe_allgather,
+                  shape.layers, c.per_token(shape, p.layout));
+    }
+  }
   if (!a.json_out.empty()) {
     nlohmann::json j = {{"model", a.model},
                         {"hardware", hw.name},
@@ -150,6 +166,8 @@ Command add_plan(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--top", a->top, "Print only the best N layouts")->check(CLI::Range(0, 1 << 20));
   s->add_option("--json", a->json_out, "Also write every prediction to this JSON file");
+  s->add_flag("--comm-bytes", a->comm_bytes,
+              "Also print each layout's communication bytes per token per layer (what --comm-stats measures)");
   return {s, [a] { return run_plan(*a); }};
 }
 

@@ -99,8 +99,11 @@ int serve_data_parallel(ServeArgs& a, sigset_t& sigs, const Tokenizer* tok, cons
   ro.route.cache_aware = !a.dp_round_robin;
   ro.http_threads = base.http_threads;
   ro.access = base.access;
-  for (auto& r : reps) {
-    auto model = load_parallel_model(a.model, a.par, a.load);
+  for (size_t i = 0; i < reps.size(); ++i) {
+    Replica& r = reps[i];
+    ParallelOptions po = a.par;
+    po.replica = int(i);  // on a GPU backend: replica i's ranks on devices first + i * ranks.. (parallel/placement.h)
+    auto model = load_parallel_model(a.model, po, a.load);
     r.engine = std::make_unique<Engine>(std::move(model), a.engine);
     server::ServerOptions so = base;
     so.host = "127.0.0.1";

@@ -7,7 +7,8 @@
 namespace mx::cli {
 
 inline constexpr const char* kBackendOptionHelp =
-    "Where the model runs: cpu, cuda[:N] or hip[:N] (weights, KV cache and every op of the forward on that device)";
+    "Where the model runs: cpu, cuda[:N] or hip[:N] (weights, KV cache and every op of the forward on that device; "
+    "with several ranks or --dp replicas, N is the first device: rank r of replica i uses N + i * ranks + r)";
 
 inline void add_parallel_options(CLI::App* s, ParallelOptions& po) {
   s->add_option("--backend", po.device, kBackendOptionHelp)->capture_default_str();
@@ -15,7 +16,9 @@ inline void add_parallel_options(CLI::App* s, ParallelOptions& po) {
       ->check(CLI::Range(1, 256));
   s->add_option("--ep", po.ep, "Expert-parallel ranks for the MoE layers (1 or the same as --tp when both are set)")
       ->check(CLI::Range(1, 256));
-  s->add_option("--comm", po.backend, "Communicator: auto (mpi under mpirun, else in-process threads), local, mpi");
+  s->add_option("--comm", po.backend,
+                "Communicator: auto (mpi under mpirun, else in-process threads), local, mpi, or nccl / rccl "
+                "(device collectives on a GPU backend, one process per GPU under mpirun; docs/parallelism.md)");
 }
 
 }  // namespace mx::cli

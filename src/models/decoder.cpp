@@ -8,6 +8,7 @@
 #include "models/mla.h"
 #include "models/moe.h"
 #include "parallel/comm.h"
+#include "parallel/device_group.h"
 
 namespace mx {
 
@@ -82,9 +83,6 @@ std::unique_ptr<Model> build_decoder(const ModelConfig& c, std::shared_ptr<Tenso
 
 void DecoderModel::use_backend(const std::string& spec) {
   backend_ = make_backend(spec, &pool());
-  MX_CHECK(!(plan_ && plan_->ep_on()) || backend_->host_memory(),
-           "--ep runs on the CPU backend for now, not on {} (use --tp: its collectives are host-staged on GPUs)",
-           backend_->name());
 }
 
 void DecoderModel::make_dummy(WeightBinder& wb, const LoadOptions& opts) {
@@ -121,6 +119,7 @@ void DecoderModel::finish(WeightBinder& wb, const LoadOptions& opts) {
   gpu_graphs_ = opts.gpu_graphs;
   arena_ = std::make_unique<DevArena>(*backend_);
   arena_->reserve(arena_bytes(opts.max_batch_tokens, 1, 64));
+  if (plan_ && plan_->device_comm) dcomm_ = open_device_group(*backend_, *plan_->comm);
 }
 
 void DecoderModel::place(DeviceWeights& dw) {
@@ -239,7 +238,11 @@ ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
 
 void DecoderModel::partial_allreduce(float* v, size_t n) {
   if (backend_->host_memory()) return plan_->comm->allreduce_sum(v, n);
-  // Host-staged (issue 23's fallback for GPU ranks; NCCL / RCCL would reduce on the device).
+  if (dcomm_) {  // NCCL / RCCL on the device, on the backend's stream
+    plan_->comm->record(CommOp::AllReduce, plan_->comm->allreduce_bytes(n));
+    return dcomm_->allreduce_sum(v, n);
+  }
+  // Host-staged (issue 23's fallback for GPU ranks: works on any backend, HIP-CPU included).
   stage_.resize(n);
   backend_->download(stage_.data(), v, n * 4);
   plan_->comm->allreduce_sum(stage_.data(), n);
@@ -289,12 +292,20 @@ void DecoderModel::fetch_logits(const float* out, int R, int64_t Vl, float* logi
   // (host-staged from a device backend).
   const int P = plan_->size;
   h_logits_.resize(size_t(P) * R * Vl);
-  if (!backend_->host_memory()) {
-    stage_.resize(size_t(R) * Vl);
-    backend_->download(stage_.data(), out, size_t(R) * Vl * 4);
-    out = stage_.data();
+  const size_t slice = size_t(R) * Vl * 4;
+  if (dcomm_) {  // gathered on the devices, then one download
+    if (gather_.bytes() < P * slice) gather_ = DevBuffer(*backend_, P * slice);
+    plan_->comm->record(CommOp::AllGather, uint64_t(slice) * (P - 1));
+    dcomm_->allgather(out, slice, gather_.get());
+    backend_->download(h_logits_.data(), gather_.get(), P * slice);
+  } else {
+    if (!backend_->host_memory()) {
+      stage_.resize(size_t(R) * Vl);
+      backend_->download(stage_.data(), out, slice);
+      out = stage_.data();
+    }
+    plan_->comm->allgather(out, slice, h_logits_.data());
   }
-  plan_->comm->allgather(out, size_t(R) * Vl * 4, h_logits_.data());
   for (int p = 0; p < P; ++p)
     for (int r = 0; r < R; ++r)
       std::memcpy(logits + size_t(r) * V + size_t(p) * Vl, h_logits_.data() + (size_t(p) * R + r) * Vl, Vl * 4);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/blocks.h"
+#include "kernels/device_comm.h"
 #include "models/device_weights.h"
 
 namespace mx {
@@ -74,7 +75,8 @@ class DecoderModel final : public Model {
   ForwardCtx begin(const Batch& batch, KVPool& kv, bool mtp = false);
   void place(DeviceWeights& dw);
   void run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn, float* tmp);
-  // Tensor parallel: sums a block's partial output over the ranks (host-staged on a device backend).
+  // Tensor parallel: sums a block's partial output over the ranks: on the device
+  // with --comm nccl, else host-staged on a device backend.
   void partial_allreduce(float* v, size_t n);
   size_t arena_bytes(int T, int R, size_t table_ints) const;
   ThreadPool& pool() const;
@@ -124,6 +126,10 @@ class DecoderModel final : public Model {
   const int32_t *d_ids_ = nullptr, *d_rows_ = nullptr;
   std::vector<float> h_logits_;  // vocab-parallel gather
   std::vector<float> stage_;     // host staging of a device backend's collectives
+  // --comm nccl (ShardPlan::device_comm): NCCL / RCCL on device buffers instead
+  // of host staging; gather_ receives the vocab-parallel logits.
+  std::unique_ptr<DeviceComm> dcomm_;
+  DevBuffer gather_;
 };
 
 // model.embed_tokens, model.norm and lm_head (or the tied embedding).

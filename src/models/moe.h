@@ -19,6 +19,13 @@
 // all-to-all, computed there, sent back with a second all-to-all, combined by
 // their owner in the same ascending expert order, and allgathered: the result
 // is bitwise the one-rank result.
+// On a device backend (GPUs, HIP-CPU) the same dispatch is host-staged (issue
+// 23's fallback, as DecoderModel::partial_allreduce does for TP): the routing
+// and this layer's input are downloaded, the rows travel through the host
+// communicator, this rank's experts run on the device as one grouped moe_ffn
+// over its stack of E / P experts (k = 1, weight 1), and the owner combines on
+// the host and uploads the gathered output. Every expert id is checked against
+// [0, E) on the host before it indexes anything (the router's output is data).
 #include <memory>
 #include <vector>
 
@@ -43,6 +50,20 @@ class MoeBlock final : public FeedForward {
 
  private:
   void forward_ep(ForwardCtx& ctx, const float* x, const int32_t* idx, const float* w, float* out) const;
+  // forward_ep's expert step on a device backend: rows recvx [n_recv, H] through
+  // local experts recv_expert - e0 into res; the shared expert over the rank's
+  // own tokens x[t0, t0 + tn) (device memory) into own. All pointers but x host.
+  void run_pairs_on_device(ForwardCtx& ctx, const float* recvx, const int32_t* recv_expert, int n_recv,
+                           float* res, const float* x, int t0, int tn, float* own) const;
+
+  // Host buffers of the expert-parallel dispatch (one model per rank, one
+  // forward at a time, so a member is safe; kept to reuse their capacity).
+  struct EpScratch {
+    std::vector<float> x, w, sendx, recvx, res, back, slots, own, all;
+    std::vector<int32_t> idx, send_pair, recv_expert, recv_row, local_ids;
+    std::vector<float> ones;
+  };
+  mutable EpScratch ep_;
 
   MoeConfig m_;
   int dim_;
@@ -56,6 +77,9 @@ class MoeBlock final : public FeedForward {
   DevWeight d_router_;
   RouteArgs d_route_;
   ExpertWeights d_experts_;
+  // Expert parallel on a device backend: this rank's experts [e0_, e0_ + el_) as one stack.
+  ExpertWeights d_local_;
+  int e0_ = 0, el_ = 0;
 };
 
 }  // namespace mx

@@ -1,5 +1,6 @@
 #include "parallel/comm.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -61,6 +62,14 @@ void Comm::send(const void* data, size_t bytes, int dst, int tag) {
 void Comm::recv(void* data, size_t bytes, int src, int tag) {
   MX_CHECK(src >= 0 && src < size() && src != rank(), "recv: bad source rank {}", src);
   do_recv(data, bytes, src, tag);
+}
+
+uint64_t Comm::allreduce_bytes(size_t n) const {
+  const int P = size(), r = rank();
+  if (P == 1 || n == 0) return 0;
+  const size_t chunk = (n + P - 1) / P;
+  const size_t mine = std::min(n, size_t(r + 1) * chunk) - std::min(n, size_t(r) * chunk);
+  return uint64_t(n - mine) * 4 + uint64_t(chunk) * 4 * (P - 1);
 }
 
 void Comm::allreduce_sum(float* data, size_t n) {

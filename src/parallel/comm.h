@@ -50,6 +50,16 @@ class Comm {
   void recv(void* data, size_t bytes, int src, int tag);
   virtual void barrier() = 0;
 
+  // Bytes a device communicator (kernels/device_comm.h) sent on this group's
+  // behalf, counted as the host collective of the same kind would count them.
+  void record(CommOp op, uint64_t bytes) {
+    stats_.bytes[size_t(op)] += bytes;
+    ++stats_.calls[size_t(op)];
+  }
+  // What allreduce_sum of n floats sends from this rank (its reduce-scatter and
+  // allgather), for record() of a device allreduce.
+  uint64_t allreduce_bytes(size_t n) const;
+
   CommStats& stats() { return stats_; }
   const CommStats& stats() const { return stats_; }
 

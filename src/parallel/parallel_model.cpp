@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "models/kv_cache.h"
 #include "parallel/comm_local.h"
+#include "parallel/placement.h"
 #include "parallel/shard.h"
 
 namespace mx {
@@ -31,8 +32,9 @@ void ParallelOptions::validate() const {
   MX_CHECK((tp == 1 || tp == ranks()) && (ep == 1 || ep == ranks()),
            "--tp {} --ep {}: expert parallel runs over the tensor-parallel ranks, so each must be 1 or {}", tp, ep,
            ranks());
-  MX_CHECK(backend == "auto" || backend == "local" || backend == "mpi",
-           "--comm must be auto, local or mpi (got '{}')", backend);
+  MX_CHECK(backend == "auto" || backend == "local" || backend == "mpi" || backend == "nccl" || backend == "rccl",
+           "--comm must be auto, local, mpi, nccl or rccl (got '{}')", backend);
+  MX_CHECK(replica >= 0, "data-parallel replica index {} must be >= 0", replica);
 }
 
 struct ParallelModel::Local {
@@ -179,19 +181,44 @@ void follow_leader(Model& shard, Comm& comm) {
 }
 
 std::unique_ptr<Model> load_parallel_model(const std::string& path, const ParallelOptions& po, LoadOptions opts) {
-  opts.backend = po.device;
   po.validate();
   const int n = po.ranks();
-  const bool use_mpi = po.backend == "mpi" || (po.backend == "auto" && launched_by_mpi());
-  if (n == 1 && !use_mpi) return load_model(path, opts);
+  // Rank r of replica po.replica on its own device (first + replica * n + r).
+  const std::string kind = po.device.substr(0, po.device.find(':'));
+  const int n_devices = kind == "cuda" || kind == "hip" ? backend_device_count(kind) : 0;
+  auto device_of = [&](int r) { return device_for_rank(po.device, po.replica, n, r, n_devices); };
+  opts.backend = device_of(0);
+  const bool device_comm = po.backend == "nccl" || po.backend == "rccl";
+  const bool use_mpi = po.backend == "mpi" || ((po.backend == "auto" || device_comm) && launched_by_mpi());
+  if (n == 1 && !use_mpi && !device_comm) return load_model(path, opts);
+  MX_CHECK(!device_comm || use_mpi || n == 1,
+           "--comm {} runs one process per GPU: start the {} ranks with mpirun -np {} (in-process ranks: --comm "
+           "local, host-staged)",
+           po.backend, n, n);
   Checkpoint ck = load_checkpoint(path);
   if (!opts.mtp_head.empty()) attach_mtp_head(ck, opts.mtp_head);
+  if (device_comm && !use_mpi) {
+    // One rank, no mpirun: a one-rank group whose device communicator still
+    // opens and self-checks (the NCCL path of `--tp 1 --comm nccl`).
+    auto local = std::make_unique<ParallelModel::Local>();
+    local->comms.push_back(make_self_comm());
+    auto plan = std::make_shared<ShardPlan>();
+    *plan = ShardPlan{local->comms[0].get(), 0, 1, false, false, nullptr};
+    plan->device_comm = true;
+    local->plans.push_back(plan);
+    opts.shard = plan;
+    auto pm = std::make_unique<ParallelModel>(build_model(ck, opts), *local->comms[0]);
+    pm->local = std::move(local);
+    return pm;
+  }
   if (use_mpi) {
     Comm& comm = mpi_world();
     MX_CHECK(comm.size() == n, "mpirun started {} ranks, but --tp {} --ep {} needs {}", comm.size(), po.tp, po.ep, n);
     auto plan = std::make_shared<ShardPlan>();
     *plan = ShardPlan{&comm, comm.rank(), n, po.tp > 1, po.ep > 1, nullptr};
+    plan->device_comm = device_comm;
     opts.shard = plan;
+    opts.backend = device_of(comm.rank());
     std::unique_ptr<Model> m = build_model(ck, opts);
     // Loading touched the whole checkpoint; keep resident only what this shard reads.
     MappedFile::release_all_resident();
@@ -212,6 +239,7 @@ std::unique_ptr<Model> load_parallel_model(const std::string& path, const Parall
     *plan = ShardPlan{local->comms[r].get(), r, n, po.tp > 1, po.ep > 1, local->pools[r].get()};
     local->plans.push_back(plan);
     opts.shard = plan;
+    opts.backend = device_of(r);
     models.push_back(build_model(ck, opts));
   }
   for (int r = 1; r < n; ++r) {

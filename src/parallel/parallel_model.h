@@ -24,8 +24,12 @@ namespace mx {
 struct ParallelOptions {
   int tp = 1;                  // tensor-parallel ranks (attention, dense MLP, LM head)
   int ep = 1;                  // expert-parallel ranks for the MoE layers (1: TP-split experts)
-  std::string backend = "auto";  // communicator: auto (mpi under mpirun, else local), local, mpi
+  // communicator: auto (mpi under mpirun, else local), local, mpi, or nccl (rccl:
+  // the same): device collectives (kernels/device_comm.h) over the MPI ranks, or
+  // one rank without mpirun; the batch broadcasts stay on MPI.
+  std::string backend = "auto";
   std::string device = "cpu";    // compute backend the model runs on (LoadOptions::backend)
+  int replica = 0;               // data-parallel replica index: its ranks' devices (parallel/placement.h)
   int ranks() const { return tp > ep ? tp : ep; }
   void validate() const;
 };

@@ -21,6 +21,10 @@ struct ShardPlan {
   bool tp = false;             // attention + dense MLP + LM head sharded over the group
   bool ep = false;             // MoE layers: experts sharded over the group (else TP-split)
   ThreadPool* pool = nullptr;  // compute pool of this rank (in-process ranks each have one)
+  // --comm nccl: the model opens a device communicator (NCCL / RCCL,
+  // kernels/device_comm.h) over `comm` and runs its TP collectives on device
+  // buffers; false: a device backend's collectives are host-staged through `comm`.
+  bool device_comm = false;
 
   bool active() const { return comm && size > 1; }
   bool tp_on() const { return active() && tp; }

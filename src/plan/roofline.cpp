@@ -53,6 +53,25 @@ double all_to_all_s(double bytes, int n, const Hardware& hw) {
   return double(n - 1) / n * bytes / link_bw(hw) + double(n - 1) * hw.link_latency_us * 1e-6;
 }
 
+CommBytes comm_bytes(const ModelShape& m, const Layout& l, double act_bytes) {
+  CommBytes c;
+  const double row = double(m.hidden) * act_bytes;
+  if (l.tp > 1) c.attn_allreduce = c.ffn_allreduce = 2.0 * (l.tp - 1) * row;
+  // Expert parallel runs over the replica's ranks (mxserve: ep is 1 or the group size).
+  const int P = std::max(l.tp, l.ep);
+  if (l.ep > 1 && m.moe_layers > 0) {
+    c.moe_all_to_all = 2.0 * m.top_k * double(P - 1) / P * row;
+    c.moe_allgather = double(P - 1) * row;
+  }
+  return c;
+}
+
+double CommBytes::per_token(const ModelShape& m, const Layout& l) const {
+  const int dense = m.layers - m.moe_layers;
+  return m.layers * attn_allreduce + (dense + (l.ep == 1 ? m.moe_layers : 0)) * ffn_allreduce +
+         m.moe_layers * (moe_all_to_all + moe_allgather);
+}
+
 double unique_experts(int experts, int top_k, double tokens) {
   if (experts <= 0 || tokens <= 0) return 0;
   return experts * (1.0 - std::pow(1.0 - double(top_k) / experts, tokens));

@@ -63,6 +63,23 @@ double all_to_all_s(double bytes, int n, const Hardware& hw);   // (n-1)/n of a 
 double unique_experts(int experts, int top_k, double tokens);   // expected experts hit by `tokens` tokens
 double gemm_efficiency(const Hardware& hw, double width);       // mm_eff * w / (w + mm_half_width)
 
+// Bytes the ranks of one replica send, summed over its ranks, per token the
+// forward processes, per layer, counted as mxserve's collectives count them
+// (parallel/comm.h CommStats, so `generate --comm-stats` measures the same
+// thing; docs/parallelism.md compares the two). act_bytes per activation on the
+// wire: mxserve's collectives send f32 (4); the time model above assumes bf16 (2).
+// The all-to-all assumes uniform routing ((P-1)/P of the k rows leave their
+// owner); the vocab-parallel logits allgather, (P-1) * vocab * 4 bytes per
+// logit row, and the batch broadcast are per forward, not per layer, and not here.
+struct CommBytes {
+  double attn_allreduce = 0;  // every layer, tp > 1: 2 (tp - 1) * hidden * act_bytes
+  double ffn_allreduce = 0;   // dense layers, and MoE layers when ep == 1
+  double moe_all_to_all = 0;  // MoE layers, ep > 1: dispatch + combine, 2 k (P-1)/P * hidden * act_bytes
+  double moe_allgather = 0;   // MoE layers, ep > 1: the owners' outputs, (P-1) * hidden * act_bytes
+  double per_token(const ModelShape& m, const Layout& l) const;  // all layers
+};
+CommBytes comm_bytes(const ModelShape& m, const Layout& l, double act_bytes);
+
 Prediction predict(const ModelShape& m, const Hardware& hw, const Layout& l, const PlanWorkload& w,
                    const PlanOptions& o);
 

@@ -520,3 +520,37 @@ TEST(GpuBackend, EveryOpMatchesTheCpuBackend) {
 
 }  // namespace
 }  // namespace mx
+
+namespace mx {
+
+// An expert id outside [0, E) (not something moe_route makes, but ids are data)
+// adds nothing to its token on the GPU: the sort skips the pair, and the combine
+// must not read its slot, which no expert wrote (stale workspace: any bits).
+TEST(GpuBackend, MoeIdsOutsideTheExpertsAddNothing) {
+  const std::vector<std::string> gpus = mxtest::gpu_backends();
+  MXTEST_NEEDS_GPU_BACKEND(gpus);
+  for (const std::string& kind : gpus) {
+    auto gpu = make_backend(kind);
+    Dev d(*gpu);
+    std::mt19937 rng(7);
+    const int T = 3, E = 4, k = 2, D = 64, Hd = 32;
+    const HostWeight g = make_weight(DType::BF16, Hd, D, E, rng), u = make_weight(DType::BF16, Hd, D, E, rng),
+                     dn = make_weight(DType::BF16, D, Hd, E, rng);
+    const ExpertWeights ew = ExpertWeights::stacked(d.weight(g), d.weight(u), d.weight(dn));
+    const std::vector<float> x = randn(T * D, rng), w = {0.5f, 0.25f, 0.75f, 1.0f, 0.3f, 0.6f};
+    // Fill the workspace's slots with a first run, so stale values are there to misread.
+    float* out = d.zeros<float>(T * D);
+    gpu->moe_ffn(out, d.put(x), d.put(std::vector<int32_t>{0, 1, 2, 3, 1, 2}), d.put(w), T, k, ew);
+    // Token 0's second id and token 2's first are out of range; the reference gives them weight 0.
+    const std::vector<int32_t> bad = {0, 9, 2, 3, -1, 2}, zeroed = {0, 1, 2, 3, 1, 2};
+    std::vector<float> w0 = w;
+    w0[1] = w0[4] = 0.0f;
+    gpu->moe_ffn(out, d.put(x), d.put(bad), d.put(w), T, k, ew);
+    const std::vector<float> got = d.get(out, T * D);
+    gpu->moe_ffn(out, d.put(x), d.put(zeroed), d.put(w0), T, k, ew);
+    const std::vector<float> want = d.get(out, T * D);
+    for (int i = 0; i < T * D; ++i) ASSERT_EQ(got[i], want[i]) << kind << " element " << i;
+  }
+}
+
+}  // namespace mx

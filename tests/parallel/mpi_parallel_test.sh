@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # TP=2, EP=2 and TP=2+EP=2 under `mpirun -np 2` (two processes) give the same
 # greedy tokens as one process, for the tiny glm4_moe, qwen3_moe and deepseek_v3
-# (MLA); and TP=2 on the HIP backend (HIP-CPU) with host-staged collectives.
+# (MLA); and TP=2 and EP=2 on the HIP backend (HIP-CPU) with host-staged
+# collectives, for glm4_moe and deepseek_v3.
 # Usage: mpi_parallel_test.sh path/to/mxserve. Exit 77 (ctest: skipped) when
 # mpirun or the MPI build is missing; under CI=true that is a failure instead
 # (CI installs OpenMPI: a skip there would hide a test that did not run).
@@ -45,12 +46,15 @@ done
 if "$MX" generate --model "$TMP/glm4_moe" --prompt-ids 1 --max-tokens 1 --backend hip >/dev/null 2>&1; then
   for arch in glm4_moe deepseek_v3; do
     ref=$("$MX" generate --model "$TMP/$arch" --prompt-ids "$PROMPT" --max-tokens 24 --temperature 0 --ignore-eos --print-ids)
-    out=$(ASAN_OPTIONS=$RANK_ASAN_OPTIONS timeout 300 mpirun -np 2 --oversubscribe "$MX" generate --model "$TMP/$arch" \
-          --prompt-ids "$PROMPT" --max-tokens 24 --temperature 0 --ignore-eos --tp 2 --backend hip 2>"$TMP/err" | head -1) || true
-    if [ "$out" == "$ref" ]; then echo "ok   $arch --tp 2 --backend hip"; else
-      echo "FAIL $arch --tp 2 --backend hip"; echo " one rank: $ref"; echo " mpirun:   $out"; tail -5 "$TMP/err"; fail=1; fi
+    for par in "--tp 2" "--ep 2"; do
+      out=$(ASAN_OPTIONS=$RANK_ASAN_OPTIONS timeout 300 mpirun -np 2 --oversubscribe "$MX" generate --model "$TMP/$arch" \
+            --prompt-ids "$PROMPT" --max-tokens 24 --temperature 0 --ignore-eos --comm-stats $par --backend hip \
+            2>"$TMP/err" | head -1) || true
+      if [ "$out" == "$ref" ]; then echo "ok   $arch $par --backend hip: $(grep '^comm' "$TMP/err")"; else
+        echo "FAIL $arch $par --backend hip"; echo " one rank: $ref"; echo " mpirun:   $out"; tail -5 "$TMP/err"; fail=1; fi
+    done
   done
 else
-  echo "skipped: --tp 2 --backend hip (this build has no HIP device: no HIP-CPU)"
+  echo "skipped: --tp 2 / --ep 2 --backend hip (this build has no HIP device: no HIP-CPU)"
 fi
 exit $fail

@@ -204,3 +204,26 @@ TEST(PlanRoofline, Tp4Dp2BeatsTp8ForPrefillHeavyMoE) {
     EXPECT_LT(i4, i8) << hw;
   }
 }
+
+// The per-layer bytes `generate --comm-stats` measures (plan/roofline.h
+// comm_bytes), hand-checked: hidden 64, f32 on the wire (256 bytes a row).
+TEST(Roofline, CommBytesPerLayerCountWhatTheCollectivesSend) {
+  ModelShape m;
+  m.layers = 4, m.moe_layers = 3, m.hidden = 64, m.top_k = 2, m.experts = 8;
+  // TP2: each allreduce sends 2 (P-1) rows over the ranks; every layer has two.
+  CommBytes tp = comm_bytes(m, Layout{2, 1, 1}, 4.0);
+  EXPECT_EQ(tp.attn_allreduce, 2 * 256);
+  EXPECT_EQ(tp.ffn_allreduce, 2 * 256);
+  EXPECT_EQ(tp.moe_all_to_all, 0);
+  EXPECT_EQ(tp.per_token(m, Layout{2, 1, 1}), 8 * 512);
+  // TP2 x EP2: MoE layers send k rows half of the time, twice, and gather one row; no FFN allreduce there.
+  const Layout tpep{2, 1, 2};
+  CommBytes e = comm_bytes(m, tpep, 4.0);
+  EXPECT_EQ(e.moe_all_to_all, 2 * 2 * 0.5 * 256);
+  EXPECT_EQ(e.moe_allgather, 256);
+  EXPECT_EQ(e.per_token(m, tpep), 4 * 512 + 1 * 512 + 3 * (512 + 256));
+  // EP alone (attention replicated): only the MoE layers communicate.
+  CommBytes ep = comm_bytes(m, Layout{1, 1, 2}, 2.0);
+  EXPECT_EQ(ep.attn_allreduce, 0);
+  EXPECT_EQ(ep.per_token(m, Layout{1, 1, 2}), 3 * (2 * 2 * 0.5 * 128 + 128));
+}

@@ -5,14 +5,25 @@
 #include <memory>
 
 #include "kernels/backend.h"
+#include "kernels/device_comm.h"
 
 namespace mx {
 namespace gpu_cuda {
 int device_count();  // 0 without a device or driver; never throws
 std::unique_ptr<Backend> make_backend(int device);
+// NCCL (gpu_cuda) / RCCL (gpu_hip), kernels/gpu/nccl_comm.cu: what was compiled,
+// rank 0's unique id, and a member on backend b (one of this namespace's).
+const char* nccl_compiled();
+std::string nccl_unique_id();
+std::unique_ptr<DeviceComm> make_nccl_comm(Backend& b, const std::string& id, int rank, int size);
 }  // namespace gpu_cuda
 namespace gpu_hip {
 int device_count();
 std::unique_ptr<Backend> make_backend(int device);
+// NCCL (gpu_cuda) / RCCL (gpu_hip), kernels/gpu/nccl_comm.cu: what was compiled,
+// rank 0's unique id, and a member on backend b (one of this namespace's).
+const char* nccl_compiled();
+std::string nccl_unique_id();
+std::unique_ptr<DeviceComm> make_nccl_comm(Backend& b, const std::string& id, int rank, int size);
 }  // namespace gpu_hip
 }  // namespace mx

@@ -82,12 +82,16 @@ __global__ void grouped_kernel(float* dst, const float* src, WStack wa, WStack w
   }
 }
 
-__global__ void combine_kernel(float* out, const float* slots, const float* w, int64_t T, int k, int64_t D) {
+// A pair whose id is outside [0, E) was never sorted (count/scatter skip it), so
+// its slot holds no result: it adds nothing, rather than stale workspace.
+__global__ void combine_kernel(float* out, const float* slots, const float* w, const int32_t* ids, int E, int64_t T,
+                               int k, int64_t D) {
   const int64_t n = T * D;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = e / D, i = e % D;
     float acc = 0.0f;
-    for (int j = 0; j < k; ++j) acc += w[t * k + j] * slots[(t * k + j) * D + i];
+    for (int j = 0; j < k; ++j)
+      if (ids[t * k + j] >= 0 && ids[t * k + j] < E) acc += w[t * k + j] * slots[(t * k + j) * D + i];
     out[e] = acc;
   }
 }
@@ -171,7 +175,7 @@ void launch_moe_ffn(gpuStream_t s, void* workspace, float* out, const float* x, 
     case WFmt::FP8: run_grouped<WFmt::FP8>(s, ws, x, k, gate, up, down, vec_x); break;
   }
   const unsigned cb = unsigned(std::min<int64_t>((T * D + kBlock - 1) / kBlock, 65535));
-  MX_LAUNCH(combine_kernel, dim3(cb), dim3(kBlock), 0, s, out, ws.slots, weights, T, k, D);
+  MX_LAUNCH(combine_kernel, dim3(cb), dim3(kBlock), 0, s, out, ws.slots, weights, ids, E, T, k, D);
   MX_GPU_LAUNCHED("combine_kernel");
 }
 
