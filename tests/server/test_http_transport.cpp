@@ -46,6 +46,7 @@ HttpTransportOptions opts() {
   HttpTransportOptions o;
   o.port = 0;
   o.workers = 4;
+  o.limits.io_threads = 2;  // the servers use 1: here the strands are what keeps each connection's state whole
   o.error_body = [](int status, const std::string& m) { return "{\"error\":{\"message\":\"" + m + "\"}}"; };
   return o;
 }

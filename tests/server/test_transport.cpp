@@ -33,7 +33,8 @@ json greedy(int i, int len, int max_tokens) {
 
 TEST(Transport, SlowClientsAreClosedAtTheHeadDeadlineWhileANormalRequestIsAnswered) {
   const int drippers = 300, idle = 1000;
-  ASSERT_TRUE(raise_fd_limit(2 * (drippers + idle) + 512)) << "needs about 3100 open files (ulimit -n)";
+  if (!raise_fd_limit(2 * (drippers + idle) + 512))  // client and server ends of every connection
+    GTEST_SKIP() << "needs about 3100 open files; the hard limit (ulimit -Hn) is lower";
   TestServer::Options o = stories_opts(4);
   o.http_limits.head_timeout = std::chrono::seconds(1);
   o.http_limits.max_connections = 4096;
