@@ -3,6 +3,8 @@
 #include <httplib.h>  // the client side, to the replicas
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -87,8 +89,20 @@ struct RouterServer::Impl {
       auto c = client(r);
       httplib::Headers h;
       if (!auth.empty()) h.emplace("Authorization", auth);
+      // A client that leaves: the upstream connection is shut (Client::stop),
+      // which the replica takes as its client leaving (its request is aborted).
+      std::atomic<bool> answered{false};
+      std::thread watch([&] {
+        while (!answered) {
+          if (out.client_gone()) c->stop();
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      });
       auto up = c->Post(req.path, h, req.body, "application/json");
+      answered = true;
+      watch.join();
       router.done(r);
+      if (out.client_gone()) return;  // nobody to answer
       if (!up) {
         error_json(res, 502, "replica " + opts.replicas[r] + " unreachable: " + httplib::to_string(up.error()),
                    "server_error");

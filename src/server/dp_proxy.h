@@ -15,7 +15,12 @@
 // Transport: the server side is http/transport.h (as `serve`: limits,
 // deadlines, Host check on loopback); the client side, one blocking request
 // per forwarded request on the handler's thread, stays cpp-httplib's Client
-// (a blocking client on a handler thread is what it is good at).
+// (a blocking client on a handler thread is what it is good at). A client
+// that leaves mid-stream ends the relay, and the closed upstream connection
+// cancels the replica's request; one that leaves while a non-streamed request
+// is forwarded has the upstream connection shut too (httplib's Client::stop,
+// from a watcher thread of that request: the client has no other way to be
+// interrupted), so the replica aborts it as well.
 #include <memory>
 #include <string>
 #include <vector>
