@@ -13,6 +13,7 @@
 // that header_limit / body_limit can be set (docs: "Parser Stream Operations").
 #include "server/http/transport.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -625,6 +626,15 @@ int HttpTransport::bind() {
   if (!ec) c.acceptor.listen(net::socket_base::max_listen_connections, ec);  // SOMAXCONN
   MX_CHECK(!ec, "cannot listen on {}:{} ({})", c.opts.host, c.opts.port, ec.message());
   c.port = c.acceptor.local_endpoint().port();
+  // Every connection is a descriptor: raise the soft limit (often 1024) toward
+  // the hard one so that max_connections can be reached, as Go's runtime and
+  // nginx's worker_rlimit_nofile do. Beyond it accept fails (EMFILE) and is retried.
+  rlimit r{};
+  const rlim_t want = rlim_t(c.opts.limits.max_connections) + 256;
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < want) {
+    r.rlim_cur = r.rlim_max == RLIM_INFINITY ? want : std::min(want, r.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
   if (!c.pool_started) {
     c.pool.start(c.opts.workers);
     c.pool_started = true;

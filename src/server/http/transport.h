@@ -34,7 +34,11 @@
 //     A client that half-closes its side after sending a request is taken
 //     as gone, as vLLM and llama.cpp do.
 //   - sockets: SO_REUSEADDR, listen backlog SOMAXCONN, TCP_NODELAY (SSE
-//     chunks are small writes: no Nagle + delayed-ACK 40 ms per chunk).
+//     chunks are small writes: no Nagle + delayed-ACK 40 ms per chunk); the
+//     soft RLIMIT_NOFILE is raised toward max_connections + 256 (bind()).
+//   - max_connections is the trade-off between memory and slow clients: a
+//     flood of slow connections beyond it gets new clients an immediate 503
+//     (not a hang) until the head deadline frees their slots.
 // Streams use chunked transfer encoding (Beast's chunk_encode.hpp:
 // make_chunk / make_chunk_last, as in the docs' "Chunked Encoding" section),
 // each chunk written before write() returns.
