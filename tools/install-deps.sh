@@ -6,6 +6,7 @@ PKGS=(g++ cmake ninja-build pkg-config
       libfmt-dev nlohmann-json3-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
+      libboost1.81-dev  # Beast/Asio: the server's HTTP transport (libboost-dev is 1.74 on Debian 12)
       openmpi-bin libopenmpi-dev
       python3-numpy python3-torch libopenblas0-pthread  # torch: Debian's generic BLAS is ~100x slower
       clang-14 libclang-rt-14-dev   # sanitizer + libFuzzer build (tools/test-hardening.sh)

@@ -19,6 +19,7 @@ Command add_route(CLI::App& app) {
   auto o = std::make_shared<server::RouterServerOptions>();
   auto round_robin = std::make_shared<bool>(false);
   auto access = std::make_shared<AccessArgs>();
+  auto http = std::make_shared<HttpLimitArgs>();
   o->route.block_size = 64;  // text prompts route on bytes: about 16 tokens
   s->add_option("--replica", o->replicas, "Replica base URL (repeat), e.g. http://10.0.0.2:8001")->required();
   s->add_option("--host", o->host, "Address to listen on")->capture_default_str();
@@ -33,8 +34,10 @@ Command add_route(CLI::App& app) {
       ->capture_default_str();
   s->add_flag("--round-robin", *round_robin, "Ignore prefixes: plain round-robin (the baseline)");
   access->add(s);  // the client's Authorization header is passed on to the replicas
-  return {s, [o, round_robin, access] {
+  http->add(s);
+  return {s, [o, round_robin, access, http] {
             o->access = access->get(o->host);
+            o->http_limits = http->get();
             sigset_t sigs;
             sigemptyset(&sigs);
             sigaddset(&sigs, SIGINT);

@@ -31,6 +31,7 @@ struct ServeArgs {
   std::string model, tokenizer, served_name;
   LoadOptions load;
   AccessArgs access;
+  HttpLimitArgs http;
   std::string host = "127.0.0.1";
   int port = 8000;
   int threads = 0;
@@ -74,6 +75,7 @@ server::ServerOptions server_options(const ServeArgs& a) {
   so.kv_block_size = a.engine.block_size;
   so.limits = a.limits;
   so.access = a.access.get(a.host);
+  so.http_limits = a.http.get();
   if (std::filesystem::is_directory(a.model)) so.model_dir = a.model;
   so.http_threads = a.http_threads ? a.http_threads : std::min(1024, a.engine.max_running + a.engine.max_queue + 8);
   return so;
@@ -99,6 +101,7 @@ int serve_data_parallel(ServeArgs& a, sigset_t& sigs, const Tokenizer* tok, cons
   ro.route.cache_aware = !a.dp_round_robin;
   ro.http_threads = base.http_threads;
   ro.access = base.access;
+  ro.http_limits = base.http_limits;
   for (size_t i = 0; i < reps.size(); ++i) {
     Replica& r = reps[i];
     ParallelOptions po = a.par;
@@ -167,7 +170,8 @@ Command add_serve(CLI::App& app) {
   s->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not share prompt KV between requests");
   s->add_option("--threads", a->threads, "Compute threads (default: all cores)")->check(CLI::Range(1, 1024));
   s->add_option("--http-threads", a->http_threads,
-                "Connections served at once (default: max-running + max-queue + 8, at most 1024)")
+                "Requests handled at once (default: max-running + max-queue + 8, at most 1024); waiting or idle "
+                "connections take no thread")
       ->check(CLI::Range(1, 4096));
   s->add_option("--max-body-mb", a->max_body_mb, "Largest request body, MiB (larger: 413)")
       ->check(CLI::Range(1, 1024))
@@ -175,6 +179,7 @@ Command add_serve(CLI::App& app) {
   a->spec.add(s);
   add_load_options(s, a->load);
   a->access.add(s);
+  a->http.add(s);
   s->add_option("--max-tokens-limit", a->limits.max_tokens,
                 "Largest max_tokens a request may ask for (larger: 400; 0: the context)")
       ->check(CLI::Range(0, 1 << 30))

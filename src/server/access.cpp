@@ -1,7 +1,5 @@
 #include "server/access.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <cctype>
 #include <nlohmann/json.hpp>
@@ -29,7 +27,7 @@ bool key_ok(const std::string& given, const std::vector<std::string>& keys) {
   return ok != 0;
 }
 
-void answer(httplib::Response& res, int status, const std::string& msg, const std::string& code,
+void answer(HttpResponse& res, int status, const std::string& msg, const std::string& code,
             const std::string& type = "invalid_request_error") {
   res.status = status;
   res.set_content(error_body(msg, type, "", code).dump(), "application/json");
@@ -40,10 +38,52 @@ std::string lower(std::string s) {
   return s;
 }
 
+bool host_allowed(const std::string& host, const AccessOptions& access) {
+  if (is_loopback_name(host)) return true;
+  for (const std::string& a : access.allowed_hosts)
+    if (a == "*" || lower(a) == host) return true;
+  return false;
+}
+
 }  // namespace
 
-bool reject_request(const httplib::Request& req, httplib::Response& res, const AccessOptions& access,
+std::string host_of_header(const std::string& value, bool origin) {
+  std::string v = lower(value);
+  if (origin) {
+    const size_t s = v.find("://");
+    if (s == std::string::npos) return "";
+    v = v.substr(s + 3);
+    v = v.substr(0, v.find('/'));
+  }
+  if (!v.empty() && v[0] == '[') {
+    const size_t e = v.find(']');
+    return e == std::string::npos ? "" : v.substr(0, e + 1);
+  }
+  return v.substr(0, v.find(':'));
+}
+
+bool reject_request(const HttpRequest& req, HttpResponse& res, const AccessOptions& access,
                     const std::vector<Route>& routes) {
+  if (access.check_host) {
+    const bool has_host = req.has_header("Host");
+    const std::string host = host_of_header(req.header("Host"), false);
+    if (has_host && !host_allowed(host, access)) {
+      answer(res, 403,
+             "Host '" + req.header("Host") +
+                 "' is not allowed: this server listens on a loopback address and answers only requests for "
+                 "localhost, 127.0.0.1 or [::1] (see --allowed-hosts)",
+             "host_not_allowed", "permission_error");
+      return true;
+    }
+    if (req.has_header("Origin") && !host_allowed(host_of_header(req.header("Origin"), true), access)) {
+      answer(res, 403,
+             "Origin '" + req.header("Origin") +
+                 "' is not allowed: this server listens on a loopback address and answers only pages served from "
+                 "localhost, 127.0.0.1 or [::1] (see --allowed-hosts)",
+             "origin_not_allowed", "permission_error");
+      return true;
+    }
+  }
   bool known = false, method_ok = false;
   std::string allow;
   for (const Route& r : routes)
@@ -59,7 +99,7 @@ bool reject_request(const httplib::Request& req, httplib::Response& res, const A
     return true;
   }
   if (!access.api_keys.empty() && (access.protect_all || req.path.rfind("/v1/", 0) == 0)) {
-    const std::string auth = req.get_header_value("Authorization");
+    const std::string auth = req.header("Authorization");
     const std::string prefix = "bearer ";
     const bool bearer = auth.size() > prefix.size() && lower(auth.substr(0, prefix.size())) == prefix;
     if (!bearer || !key_ok(auth.substr(prefix.size()), access.api_keys)) {
@@ -71,11 +111,11 @@ bool reject_request(const httplib::Request& req, httplib::Response& res, const A
     }
   }
   if (req.method == "POST" && known) {
-    std::string media = lower(req.get_header_value("Content-Type"));
+    std::string media = lower(req.header("Content-Type"));
     media = media.substr(0, media.find(';'));  // parameters (charset) do not matter
     const size_t b = media.find_first_not_of(" \t"), e = media.find_last_not_of(" \t");
     if (b == std::string::npos || media.substr(b, e - b + 1) != "application/json") {
-      answer(res, 415, "Content-Type must be application/json (got '" + req.get_header_value("Content-Type") + "')",
+      answer(res, 415, "Content-Type must be application/json (got '" + req.header("Content-Type") + "')",
              "unsupported_media_type");
       return true;
     }
@@ -99,8 +139,6 @@ std::vector<std::string> api_keys_from(const std::vector<std::string>& flags, co
   return keys;
 }
 
-bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
-}
+bool is_loopback_host(const std::string& host) { return is_loopback_name(host); }
 
 }  // namespace mx::server

@@ -12,6 +12,15 @@
 // /v1/models (from the first replica), /health (200 when every replica
 // answers), /router/stats (JSON: per replica URL, requests routed, in flight).
 // Bad JSON is a 400; a replica that cannot be reached is a 502.
+// Transport: the server side is http/transport.h (as `serve`: limits,
+// deadlines, Host check on loopback); the client side, one blocking request
+// per forwarded request on the handler's thread, stays cpp-httplib's Client
+// (a blocking client on a handler thread is what it is good at). A client
+// that leaves mid-stream ends the relay, and the closed upstream connection
+// cancels the replica's request; one that leaves while a non-streamed request
+// is forwarded has the upstream connection shut too (httplib's Client::stop,
+// from a watcher thread of that request: the client has no other way to be
+// interrupted), so the replica aborts it as well.
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +35,8 @@ struct RouterServerOptions {
   int port = 8000;                    // 0: any free port
   std::vector<std::string> replicas;  // "http://host:port"
   RouterOptions route;                // block_size counts routing units (ids or bytes)
-  int http_threads = 64;
+  int http_threads = 64;              // handler threads (each forwarded request holds one)
+  HttpLimits http_limits;             // http/transport.h
   int timeout_seconds = 600;          // per forwarded request
   AccessOptions access;               // --api-key, checked here (the replicas behind are loopback-only)
 };

@@ -1,8 +1,5 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -30,12 +27,12 @@ namespace {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-void send_error(httplib::Response& res, int status, const json& body) {
+void send_error(HttpResponse& res, int status, const json& body) {
   res.status = status;
   res.set_content(dump(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
+void send_error(HttpResponse& res, const ApiError& e) {
   if (e.status == 429) res.set_header("Retry-After", "1");
   send_error(res, e.status, error_body(e));
 }
@@ -108,15 +105,15 @@ struct HttpServer::Impl {
   std::vector<int32_t> extra_stop_ids;  // tokenizer end-of-generation ids the model config lacks
   std::unique_ptr<StructuredOutputs> structured;  // response_format (needs the tokenizer)
   std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
-  httplib::Server svr;
   int port = -1;
-  int listen_fd = -1;
 
   std::atomic<bool> draining{false}, stopped{false}, run_started{false}, run_done{false};
   std::mutex live_mu;
   std::condition_variable live_cv;
   int active = 0;                 // generation requests in flight (guarded by live_mu)
   std::set<uint64_t> live_ids;    // engine ids of unfinished choices
+  // Last: destroyed first, so no handler runs while the rest goes.
+  std::unique_ptr<HttpTransport> http;
 
   // Keeps `active` counted while a request (or its stream) is alive.
   struct ActiveGuard {
@@ -503,18 +500,25 @@ struct HttpServer::Impl {
     return chunk;
   }
 
-  // Runs a non-streamed job to the end.
-  void run_blocking(Job& job) {
-    while (job.remaining > 0)
+  // Runs a non-streamed job to the end; false when the client went away
+  // (noticed within 200 ms; its requests are then cancelled).
+  bool run_blocking(Job& job, const HttpExchange& out) {
+    while (job.remaining > 0) {
       for (const Event& e : job.ch->take(std::chrono::milliseconds(200))) apply(job, e);
+      if (job.remaining > 0 && out.client_gone()) {
+        cancel_unfinished(job);
+        return false;
+      }
+    }
+    return true;
   }
 
   // Streams a job over SSE; false when the client went away.
-  bool run_stream(Job& job, httplib::DataSink& sink) {
+  bool run_stream(Job& job, HttpExchange& out) {
     auto last_write = Clock::now();
     auto send = [&](const std::string& s) {
       last_write = Clock::now();
-      return sink.write(s.data(), s.size());
+      return out.write(s);
     };
     auto send_json = [&](const json& j) { return send("data: " + dump(j) + "\n\n"); };
     auto gone = [&] {
@@ -527,7 +531,7 @@ struct HttpServer::Impl {
     while (job.remaining > 0) {
       std::vector<Event> evs = job.ch->take(std::chrono::milliseconds(100));
       if (evs.empty()) {
-        if (!sink.is_writable()) return gone();
+        if (out.client_gone()) return gone();
         if (Clock::now() - last_write > std::chrono::seconds(opts.keepalive_seconds) && !send(": keep-alive\n\n"))
           return gone();
         continue;
@@ -562,13 +566,14 @@ struct HttpServer::Impl {
       if (!send_json(u)) return gone();
     }
     if (!send("data: [DONE]\n\n")) return gone();
-    sink.done();
+    out.end_stream();
     return true;
   }
 
   // ------------------------------------------------------------------ routes
 
-  void handle_generate(const httplib::Request& http, httplib::Response& res, ApiKind kind) {
+  void handle_generate(const HttpRequest& http, HttpExchange& out, ApiKind kind) {
+    HttpResponse res;
     try {
       if (draining) throw ApiError(503, "the server is shutting down", "", "", "server_error");
       if (http.body.size() > opts.max_body_bytes)
@@ -583,26 +588,27 @@ struct HttpServer::Impl {
       job->ch->wake_each = job->req.stream || !job->req.stop.empty();
       submit_all(*job);
       if (!job->req.stream) {
-        run_blocking(*job);
+        if (!run_blocking(*job, out)) {
+          metrics->count_http(499);  // nginx's "client closed request": nothing is sent
+          return;
+        }
         res.set_content(dump(response_json(*job)), "application/json");
+        out.respond(std::move(res));
         return;
       }
-      res.set_header("Cache-Control", "no-cache");
-      res.set_header("X-Accel-Buffering", "no");
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [this, job](size_t, httplib::DataSink& sink) {
-            try {
-              return run_stream(*job, sink);
-            } catch (const std::exception& e) {  // nothing can be answered any more: end the stream
-              std::fprintf(stderr, "mxserve: stream %s failed: %s\n", job->id.c_str(), e.what());
-              cancel_unfinished(*job);
-              return false;
-            }
-          },
-          [this, job](bool) { cancel_unfinished(*job); });
+      if (out.start_stream(200, {{"Content-Type", "text/event-stream"},
+                                 {"Cache-Control", "no-cache"},
+                                 {"X-Accel-Buffering", "no"}})) {
+        try {
+          run_stream(*job, out);
+        } catch (const std::exception& e) {  // nothing can be answered any more: the stream ends unfinished
+          std::fprintf(stderr, "mxserve: stream %s failed: %s\n", job->id.c_str(), e.what());
+        }
+      }
+      cancel_unfinished(*job);  // what still runs when the client went away or the stream failed
     } catch (const ApiError& e) {
       send_error(res, e);
+      out.respond(std::move(res));
     }
   }
 
@@ -618,80 +624,57 @@ struct HttpServer::Impl {
   }
 
   void setup_routes() {
-    svr.new_task_queue = [n = std::max(1, opts.http_threads)] { return new httplib::ThreadPool(size_t(n)); };
-    svr.set_payload_max_length(opts.max_body_bytes);
-    // httplib listens with a backlog of 5: a burst of connections overflows it and
-    // the dropped SYNs are retried only after a second. Keep the socket to widen it.
-    svr.set_socket_options([this](socket_t sock) {
-      int yes = 1;
-      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-      listen_fd = int(sock);
-    });
-    svr.set_tcp_nodelay(true);  // SSE chunks are small writes: no Nagle delay (40 ms per chunk with delayed ACKs)
-    svr.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& r) {
-      static const std::vector<Route> routes = {{"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
-                                                {"GET", "/v1/models"},       {"GET", "/v1/models/*"},
-                                                {"GET", "/health"},          {"GET", "/metrics"}};
-      return reject_request(q, r, opts.access, routes) ? httplib::Server::HandlerResponse::Handled
-                                                       : httplib::Server::HandlerResponse::Unhandled;
-    });
-    svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) {
-      handle_generate(q, r, ApiKind::Completion);
-    });
-    svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) {
-      handle_generate(q, r, ApiKind::Chat);
-    });
-    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
+    // DNS rebinding: a loopback server answers only requests for loopback names (access.h).
+    opts.access.check_host = is_loopback_host(opts.host);
+    HttpTransportOptions t;
+    t.host = opts.host;
+    t.port = opts.port;
+    t.workers = std::max(1, opts.http_threads);
+    t.max_body_bytes = opts.max_body_bytes;
+    t.limits = opts.http_limits;
+    t.error_body = [](int status, const std::string& msg) {
+      return dump(error_body(msg, status >= 500 ? "server_error" : "invalid_request_error"));
+    };
+    t.on_response = [m = metrics](int status) { m->count_http(status); };
+    http = std::make_unique<HttpTransport>(std::move(t), [this](const HttpRequest& q, HttpExchange& out) { route(q, out); });
+  }
+
+  void route(const HttpRequest& q, HttpExchange& out) {
+    static const std::vector<Route> routes = {{"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
+                                              {"GET", "/v1/models"},       {"GET", "/v1/models/*"},
+                                              {"GET", "/health"},          {"GET", "/metrics"}};
+    HttpResponse r;
+    if (reject_request(q, r, opts.access, routes)) {
+      out.respond(std::move(r));
+      return;
+    }
+    const bool get = q.method == "GET" || q.method == "HEAD";
+    const std::string models = "/v1/models/";
+    if (q.method == "POST" && q.path == "/v1/completions") return handle_generate(q, out, ApiKind::Completion);
+    if (q.method == "POST" && q.path == "/v1/chat/completions") return handle_generate(q, out, ApiKind::Chat);
+    if (get && q.path == "/v1/models") {
       r.set_content(dump(json{{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");
-    });
-    svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& q, httplib::Response& r) {
-      if (q.matches[1] == opts.served_model_name)
+    } else if (get && q.path.size() > models.size() && q.path.compare(0, models.size(), models) == 0) {
+      const std::string id = q.path.substr(models.size());
+      if (id == opts.served_model_name)
         r.set_content(dump(model_json()), "application/json");
       else
         send_error(r, 404,
-                   error_body(fmt::format("The model '{}' does not exist", std::string(q.matches[1])),
-                              "invalid_request_error", "model", "model_not_found"));
-    });
-    svr.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
-      if (draining) {
+                   error_body(fmt::format("The model '{}' does not exist", id), "invalid_request_error", "model",
+                              "model_not_found"));
+    } else if (get && q.path == "/health") {
+      if (draining)
         send_error(r, 503, error_body("the server is shutting down", "server_error"));
-        return;
-      }
-      r.set_content(R"({"status":"ok"})", "application/json");
-    });
-    svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+      else
+        r.set_content(R"({"status":"ok"})", "application/json");
+    } else if (get && q.path == "/metrics") {
       r.set_content(metrics->render(engine.metrics(), kernel_fallback_count()), "text/plain; version=0.0.4");
-    });
-    // Fills in the OpenAI error body for what httplib answers itself (404 route, 413 payload, 400 unreadable).
-    svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& q, httplib::Response& r) {
-      if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      std::string msg, code;
-      switch (r.status) {
-        case 404:
-          msg = fmt::format("no route for {} {}", q.method, q.path);
-          code = "not_found";
-          break;
-        case 413:
-          msg = fmt::format("the request body exceeds the limit of {} bytes", opts.max_body_bytes);
-          break;
-        default:
-          msg = fmt::format("the request could not be processed (HTTP {})", r.status);
-      }
-      r.set_content(dump(error_body(msg, r.status >= 500 ? "server_error" : "invalid_request_error", "", code)),
-                    "application/json");
-      return httplib::Server::HandlerResponse::Handled;
-    }));
-    svr.set_exception_handler([](const httplib::Request&, httplib::Response& r, std::exception_ptr ep) {
-      std::string msg = "internal error";
-      try {
-        if (ep) std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        msg = std::string("internal error: ") + e.what();
-      } catch (...) {
-      }
-      send_error(r, 500, error_body(msg, "server_error"));
-    });
-    svr.set_logger([this](const httplib::Request&, const httplib::Response& r) { metrics->count_http(r.status); });
+    } else {
+      send_error(r, 404,
+                 error_body(fmt::format("no route for {} {}", q.method, q.path), "invalid_request_error", "",
+                            "not_found"));
+    }
+    out.respond(std::move(r));
   }
 };
 
@@ -700,18 +683,12 @@ HttpServer::HttpServer(Engine& engine, const Tokenizer* tokenizer, ServerOptions
 
 HttpServer::~HttpServer() {
   if (impl_->run_started && !impl_->run_done) shutdown(std::chrono::milliseconds(0));
+  impl_->http->stop(std::chrono::milliseconds(0));  // no handler runs past here
 }
 
 int HttpServer::bind() {
   Impl& m = *impl_;
-  if (m.opts.port == 0) {
-    m.port = m.svr.bind_to_any_port(m.opts.host);
-  } else {
-    m.port = m.svr.bind_to_port(m.opts.host, m.opts.port) ? m.opts.port : -1;
-  }
-  MX_CHECK(m.port > 0, "cannot listen on {}:{} (address in use, or not an address of this machine)", m.opts.host,
-           m.opts.port);
-  if (m.listen_fd >= 0) ::listen(m.listen_fd, SOMAXCONN);
+  m.port = m.http->bind();  // mx::Error when it cannot
   return m.port;
 }
 
@@ -719,7 +696,7 @@ void HttpServer::run() {
   Impl& m = *impl_;
   MX_CHECK(m.port > 0, "HttpServer::run: bind() first");
   m.run_started = true;
-  if (!m.stopped) m.svr.listen_after_bind();
+  if (!m.stopped) m.http->run();
   m.run_done = true;
 }
 
@@ -737,10 +714,8 @@ void HttpServer::shutdown(std::chrono::milliseconds drain) {
     }
   }
   m.stopped = true;
-  while (m.run_started && !m.run_done) {
-    m.svr.stop();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  m.http->stop();  // answers being written finish (up to 2 s), then run() returns
+  while (m.run_started && !m.run_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 int HttpServer::port() const { return impl_->port; }

@@ -1,5 +1,7 @@
 #pragma once
-// The OpenAI-compatible HTTP server (cpp-httplib) in front of one Engine.
+// The OpenAI-compatible HTTP server in front of one Engine, on the
+// asynchronous transport of http/transport.h (Boost.Beast: limits on heads,
+// bodies, deadlines and connections, 408 / 413 / 431 / 503 answered there).
 //
 // Routes
 //   POST /v1/completions, POST /v1/chat/completions  (openai_api.h; SSE when "stream")
@@ -8,7 +10,8 @@
 // a valid API key (--api-key), 404 unknown model or route, 405 wrong method,
 // 413 body over max_body_bytes, 415 a POST that is not application/json, 429
 // engine queue full (with Retry-After), 503 while shutting down, 500 for
-// anything unexpected.
+// anything unexpected; 403 for a Host or Origin that is not the loopback on a
+// loopback server (access.h: DNS rebinding; --allowed-hosts adds names).
 //
 // Streaming: "data: <chunk JSON>\n\n" per chunk, "data: [DONE]\n\n" last. A
 // chunk is sent when a choice has new text (UTF-8-complete, past any possible
@@ -24,14 +27,19 @@
 // A model without tokenizer.json serves token-id prompts only: its text is
 // always "" (there are no pieces to show), token_ids carry the output, and
 // logprobs name tokens "token_id:<id>".
-// Non-streamed requests run to completion even if the client disconnects (the
-// connection gives no sign until the response is written); max_tokens bounds them.
+// A client that closes its connection while its non-streamed request is
+// generated has its requests cancelled too (the transport watches the socket
+// for its FIN: HttpExchange::client_gone; engine finish reason "abort",
+// counted in mxserve_requests_total{finish_reason="abort"} and as HTTP 499,
+// nginx's "client closed request", in mxserve_http_requests_total), within
+// 200 ms. A client that half-closes its side after sending counts as gone.
 #include <chrono>
 #include <memory>
 #include <string>
 
 #include "engine/engine.h"
 #include "server/access.h"
+#include "server/http/transport.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 
@@ -47,13 +55,20 @@ struct ServerOptions {
   std::string served_model_name = "model";
   std::string model_dir;  // for chat templates (render_chat); "" when the model is one file
   size_t max_body_bytes = size_t(8) << 20;
-  // Connections served at once (each streaming request holds one for its
-  // lifetime; more wait for a free thread). Size it to max_running + max_queue.
+  // Handler threads: requests handled at once (each generation request,
+  // streamed or not, holds one for its lifetime; more wait, read and queued,
+  // for a free one). Size it to max_running + max_queue. Reading requests and
+  // idle connections take no thread (http/transport.h).
   int http_threads = 64;
+  // Connections, head / body / idle / write deadlines, header count and bytes
+  // (http/transport.h HttpLimits: 1024 connections, 100 fields, 16 KiB head,
+  // head 10 s, body 30 s, idle 10 s, write 60 s).
+  HttpLimits http_limits;
   int keepalive_seconds = 10;  // SSE comment after this long without a chunk
   int kv_block_size = 16;      // EngineOptions::block_size (to know the KV capacity per sequence)
   ApiLimits limits;            // per-request bounds (openai_api.h)
-  AccessOptions access;        // --api-key (access.h: also 405 and 415 for every route)
+  AccessOptions access;        // --api-key, --allowed-hosts (access.h: also 403, 405 and 415 for every route);
+                               // check_host is set here from `host`
 };
 
 class HttpServer {

@@ -107,6 +107,7 @@ class TestServer {
     int http_threads = 96;
     mx::server::ApiLimits limits;
     mx::server::AccessOptions access;
+    mx::server::HttpLimits http_limits;  // http/transport.h
   };
   // model_dir: the directory whose chat template the server loads ("" for none).
   TestServer(const std::string& model_path, const Options& o, const std::string& model_dir = "") {
@@ -123,6 +124,7 @@ class TestServer {
     so.http_threads = o.http_threads;
     so.limits = o.limits;
     so.access = o.access;
+    so.http_limits = o.http_limits;
     so.model_dir = model_dir;
     so.kv_block_size = o.engine.block_size;
     http_ = std::make_unique<mx::server::HttpServer>(*engine_, tok_.get(), so);

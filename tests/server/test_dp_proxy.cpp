@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "server/dp_proxy.h"
+#include "server/raw_http.h"
 #include "server_test_util.h"
 
 using namespace mxtest;
@@ -71,4 +72,32 @@ TEST(DpProxy, RoutingUnitsOfPromptsAndChats) {
   EXPECT_EQ(mx::server::routing_units(R"({"messages": [{"role": "user", "content": "x"}]})").size(), 7u);
   EXPECT_THROW(mx::server::routing_units(R"({"max_tokens": 3})"), mx::Error);
   EXPECT_THROW(mx::server::routing_units("[1"), mx::Error);
+}
+
+// A client that leaves a non-streamed request: the router shuts its upstream
+// connection, and the replica aborts the request (finish reason "abort").
+TEST(DpProxy, AClientLeavingANonStreamedRequestAbortsItOnTheReplica) {
+  TestServer::Options o = stories_opts(1);  // one sequence at a time: 8 x 480 tokens take a while
+  TestServer rep(stories_bin(), o);
+  Router router({rep.port()});
+  json b = {{"prompt", prompt_of(4, 8)}, {"max_tokens", 480}, {"ignore_eos", true}, {"temperature", 0}, {"n", 8}};
+  const std::string body = b.dump();
+  const int fd = connect_to(router.port);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body));
+  wait_metrics(rep.port(), [](const std::string& t) { return metric(t, "mxserve_generation_tokens_total") > 0; });
+  ::close(fd);
+  const std::string m = wait_metrics(
+      rep.port(),
+      [](const std::string& t) {
+        return metric(t, "mxserve_requests_total{finish_reason=\"abort\"}") >= 1 &&
+               metric(t, "mxserve_requests_running") == 0 && metric(t, "mxserve_requests_waiting") == 0;
+      },
+      std::chrono::seconds(60));
+  std::printf("[ figures  ] via the router: %.0f of %d tokens generated before the abort\n",
+              metric(m, "mxserve_generation_tokens_total"), 8 * 480);
+  EXPECT_GE(metric(m, "mxserve_requests_total{finish_reason=\"abort\"}"), 1);
+  EXPECT_LT(metric(m, "mxserve_generation_tokens_total"), 8 * 480);
+  EXPECT_EQ(post(router.port, "/v1/completions", {{"prompt", {1, 2, 3}}, {"max_tokens", 2}}).status, 200);
 }
