@@ -65,6 +65,13 @@ class Grammar {
   std::vector<Element> literal(std::string_view text);
 
   void set_root(uint32_t rule) { root_ = rule; }
+  // Ends building: a rule "root" deriving seq becomes the root, then check_terminates().
+  void finish(const std::vector<Element>& seq) {
+    const uint32_t r = add_rule("root");
+    add_alt(r, seq);
+    set_root(r);
+    check_terminates();
+  }
   uint32_t root() const { return root_; }
   size_t rule_count() const { return rules_.size(); }
   const std::string& rule_name(uint32_t r) const { return names_[r]; }

@@ -467,11 +467,7 @@ uint32_t add_json_schema(Grammar& g, const ojson& schema, const ojson* refs_root
 
 Grammar json_schema_grammar(const ojson& schema) {
   Grammar g;
-  const uint32_t body = add_json_schema(g, schema);
-  const uint32_t root = g.add_rule("root");
-  g.add_alt(root, {Grammar::ref(body)});
-  g.set_root(root);
-  g.check_terminates();
+  g.finish({Grammar::ref(add_json_schema(g, schema))});
   return g;
 }
 

@@ -341,11 +341,7 @@ uint32_t add_regex(Grammar& g, std::string_view pattern, bool json_string) {
 
 Grammar regex_grammar(std::string_view pattern) {
   Grammar g;
-  const uint32_t body = add_regex(g, pattern);
-  const uint32_t root = g.add_rule("root");
-  g.add_alt(root, {Grammar::ref(body)});
-  g.set_root(root);
-  g.check_terminates();
+  g.finish({Grammar::ref(add_regex(g, pattern))});
   return g;
 }
 

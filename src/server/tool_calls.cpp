@@ -486,8 +486,7 @@ grammar::Grammar tool_call_grammar(const ToolRequest& req) {
   Seq root = R(calls);
   if (req.format == ToolFormat::DeepSeekV3 || req.format == ToolFormat::DeepSeekV31)
     root = cat({g.literal(std::string(kDsCallsBegin)), R(calls), g.literal(std::string(kDsCallsEnd))});
-  g.set_root(rule(g, "root", {root}));
-  g.check_terminates();
+  g.finish(root);
   return g;
 }
 

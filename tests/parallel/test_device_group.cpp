@@ -53,7 +53,7 @@ TEST(DevicePlacement, TooFewDevicesOrBadInputIsAClearError) {
 namespace {
 // A DeviceComm over the host communicator, for a host-memory backend: what the
 // self-check sees from NCCL, without a GPU.
-class HostDeviceComm final : public DeviceComm {
+class HostDeviceComm : public DeviceComm {
  public:
   explicit HostDeviceComm(Comm& c) : c_(c) {}
   std::string name() const override { return "host stand-in"; }
@@ -71,22 +71,18 @@ class HostDeviceComm final : public DeviceComm {
 };
 
 // Swaps two ranks' all-to-all messages: a broken collective the check must catch.
-class MixedUpComm final : public DeviceComm {
+class MixedUpComm final : public HostDeviceComm {
  public:
-  explicit MixedUpComm(Comm& c) : c_(c) {}
+  explicit MixedUpComm(Comm& c) : HostDeviceComm(c), size_(c.size()) {}
   std::string name() const override { return "mixed up"; }
-  int rank() const override { return c_.rank(); }
-  int size() const override { return c_.size(); }
-  void allreduce_sum(float* d, size_t n) override { c_.allreduce_sum(d, n); }
-  void allgather(const void* s, size_t b, void* r) override { c_.allgather(s, b, r); }
   void alltoallv(const void* s, const size_t* sb, const size_t* so, void* r, const size_t* rb,
                  const size_t* ro) override {
-    c_.alltoallv(s, sb, so, r, rb, ro);
-    if (c_.size() > 1) std::swap(static_cast<int32_t*>(r)[0], static_cast<int32_t*>(r)[ro[1] / 4]);
+    HostDeviceComm::alltoallv(s, sb, so, r, rb, ro);
+    if (size_ > 1) std::swap(static_cast<int32_t*>(r)[0], static_cast<int32_t*>(r)[ro[1] / 4]);
   }
 
  private:
-  Comm& c_;
+  int size_;
 };
 }  // namespace
 
