@@ -322,11 +322,14 @@ bool Engine::schedule() {
         for (int j = 0; j < n; ++j) batch_.logit_rows.push_back(r->step_row + j);
         logit_owner_.push_back({r, rows, k});
         rows += n;
-      } else if (r->req.prompt_logprobs >= 0 && !r->prompt_scored) {
-        // Scoring the prompt: a row per position whose next token is a prompt token, then the sampling row.
+      } else {
+        // A prefill chunk: the last one gives the sampling row; a prompt being
+        // scored (prompt_logprobs) also a row, first, per position whose next token is a prompt token.
         const bool last = r->computed + n == int(r->tokens.size());
+        const int scored = r->req.prompt_logprobs >= 0 && !r->prompt_scored
+                               ? std::max(0, std::min(r->computed + n, r->n_prompt - 1) - r->computed)
+                               : 0;
         batch_.add(&r->kv, r->tokens.data() + r->computed, n, r->computed, false);
-        const int scored = std::max(0, std::min(r->computed + n, r->n_prompt - 1) - r->computed);
         if (scored > 0) prompt_rows_.push_back({r, rows, scored, r->computed});
         for (int j = 0; j < scored; ++j) batch_.logit_rows.push_back(r->step_row + j);
         rows += scored;
@@ -334,10 +337,6 @@ bool Engine::schedule() {
           batch_.logit_rows.push_back(r->step_row + n - 1);
           logit_owner_.push_back({r, rows++, 0});
         }
-      } else {
-        const bool last = r->computed + n == int(r->tokens.size());
-        batch_.add(&r->kv, r->tokens.data() + r->computed, n, r->computed, last);
-        if (last) logit_owner_.push_back({r, rows++, 0});
       }
       in_batch.push_back(r);
       budget -= n;

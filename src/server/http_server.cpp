@@ -103,6 +103,7 @@ struct HttpServer::Impl {
   ServerOptions opts;
   ApiContext ctx;
   std::vector<int32_t> extra_stop_ids;  // tokenizer end-of-generation ids the model config lacks
+  std::vector<int32_t> tool_marker_ids; // the tool-call tags that are control tokens: shown to requests with tools
   std::unique_ptr<StructuredOutputs> structured;  // response_format (needs the tokenizer)
   std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
   int port = -1;
@@ -161,6 +162,7 @@ struct HttpServer::Impl {
     // A thinking model's template: chat answers split off reasoning_content.
     ctx.reasoning = ctx.chat_template && ctx.chat_template->tmpl.source().find("</think>") != std::string::npos;
     if (ctx.chat_template) ctx.tool_format = detect_tool_format(ctx.chat_template->tmpl.source());
+    if (tok) tool_marker_ids = StructuredOutputs::marker_ids(*tok, tool_markers(ctx.tool_format));
     ctx.context_length = int(c.max_position_embeddings);
     ctx.limits = opts.limits;
     ctx.kv_capacity = int(std::min<int64_t>(int64_t(engine.metrics().kv_blocks_total) * opts.kv_block_size,
@@ -198,9 +200,7 @@ struct HttpServer::Impl {
     job.remaining = int(r.prompts.size());
     for (size_t i = 0; i < r.prompts.size(); ++i) {
       Choice& c = job.choices[i];
-      c.text = std::make_unique<TextStream>(
-          tok, r.stop,
-          r.tools ? StructuredOutputs::marker_ids(*tok, tool_markers(r.tools->format)) : std::vector<int32_t>{});
+      c.text = std::make_unique<TextStream>(tok, r.stop, r.tools ? tool_marker_ids : std::vector<int32_t>{});
       if (r.tools) c.tool_stream = std::make_unique<ToolCallStream>(*r.tools);
       if (r.reasoning) c.reasoning = std::make_unique<ReasoningSplitter>(r.reasoning_open);
       GenerationRequest g;
@@ -315,7 +315,7 @@ struct HttpServer::Impl {
     const TokenEvent& ev = e.ev;
     c.prompt_tokens = ev.prompt_tokens;
     c.cached_tokens = ev.cached_tokens;
-    if (ev.token >= 0 && job.req.echo && c.tokens.empty() && !c.echo_unsent && c.echo_text.empty()) {
+    if (ev.token >= 0 && job.req.echo && c.echo_tokens.empty()) {  // the first token: the prompt comes first
       c.echo_tokens = job.req.prompts[size_t(e.choice)];
       c.echo_logprobs = ev.prompt_logprobs;
       if (tok) c.echo_text = sanitize_utf8(tok->decode(c.echo_tokens));
@@ -323,7 +323,6 @@ struct HttpServer::Impl {
       c.raw_bytes = c.echo_text.size();  // completion offsets follow the prompt's text
     }
     if (ev.token >= 0 && job.req.prompt_only) {  // echo with max_tokens 0: the prompt alone
-      end_text(c);
       engine.cancel(c.engine_id);
       finish_choice(c, "length");
       --job.remaining;
@@ -355,6 +354,15 @@ struct HttpServer::Impl {
   std::string token_string(int32_t id) const {
     if (!tok) return "token_id:" + std::to_string(id);
     return sanitize_utf8(tok->token_piece(id));
+  }
+
+  // Completions: one {token text: logprob} object per position (tokens with the
+  // same text keep the most likely one's logprob, as OpenAI's dict does).
+  json top_dict(const std::vector<std::pair<int32_t, float>>& top) const {
+    json alts = json::object();
+    for (const auto& [id, lp] : top)
+      if (!alts.contains(token_string(id))) alts[token_string(id)] = lp;
+    return alts;
   }
 
   // with_echo: completions with echo put the prompt's tokens first.
@@ -391,24 +399,14 @@ struct HttpServer::Impl {
         off += tok ? tok->token_piece(id).size() : 0;
         const TokenLogprob* lp = i > 0 && i - 1 < c.echo_logprobs.size() ? &c.echo_logprobs[i - 1] : nullptr;
         lps.push_back(lp ? json(lp->logprob) : json());
-        json alts = lp ? json::object() : json();
-        if (lp)
-          for (const auto& [aid, alp] : lp->top)
-            if (!alts.contains(token_string(aid))) alts[token_string(aid)] = alp;
-        tops.push_back(alts);
+        tops.push_back(lp ? top_dict(lp->top) : json());
       }
     }
     for (size_t i = from; i < to; ++i) {
       toks.push_back(token_string(c.tokens[i]));
       lps.push_back(c.logprobs[i]);
       offs.push_back(c.offsets[i]);
-      // Completions: one {token text: logprob} object per position (tokens with the
-      // same text keep the most likely one's logprob, as OpenAI's dict does).
-      json alts = json::object();
-      if (i < c.top.size())
-        for (const auto& [id, lp] : c.top[i])
-          if (!alts.contains(token_string(id))) alts[token_string(id)] = lp;
-      tops.push_back(alts);
+      tops.push_back(i < c.top.size() ? top_dict(c.top[i]) : json::object());
     }
     return json{{"tokens", toks},
                 {"token_logprobs", lps},

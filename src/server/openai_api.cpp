@@ -55,6 +55,15 @@ json parse_body(const std::string& body) {
   return j;
 }
 
+namespace {
+// Whether the body's response_format constrains the output (present, and not {"type": "text"}).
+bool constrains_format(const json& b) {
+  if (!b.contains("response_format") || b["response_format"].is_null()) return false;
+  const json& rf = b["response_format"];
+  return !(rf.is_object() && rf.contains("type") && rf["type"] == "text");
+}
+}  // namespace
+
 ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext& ctx) {
   const json b = parse_body(body);
   ApiRequest r;
@@ -95,10 +104,7 @@ ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext
   if (b.contains("regex") && !b["regex"].is_null()) {
     // sglang's spelling (vLLM: guided_regex): the whole output matches the expression (grammar/regex.h).
     if (!b["regex"].is_string()) throw ApiError(400, "'regex' must be a string", "regex");
-    if (r.response_format || (b.contains("response_format") && !b["response_format"].is_null() &&
-                              !(b["response_format"].is_object() &&
-                                                              b["response_format"].contains("type") &&
-                                                              b["response_format"]["type"] == "text")))
+    if (r.response_format || constrains_format(b))
       throw ApiError(400, "'regex' cannot be combined with response_format or a required tool call", "regex");
     if (!ctx.structured) throw ApiError(400, "'regex' needs the model's tokenizer (this server has none)", "regex");
     const std::string pattern = b["regex"].get<std::string>();
@@ -109,17 +115,15 @@ ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext
       throw ApiError(400, e.what(), "regex");
     }
   }
-  if (b.contains("response_format") && !b["response_format"].is_null()) {
+  if (constrains_format(b)) {
     // Parsed again keeping the members' order: a schema's properties come out in it.
     const nlohmann::ordered_json rf = nlohmann::ordered_json::parse(body)["response_format"];
-    if (!(rf.is_object() && rf.contains("type") && rf["type"] == "text")) {
-      if (!ctx.structured)
-        throw ApiError(400, "'response_format' needs the model's tokenizer (this server has none)", "response_format");
-      try {
-        r.response_format = ctx.structured->compile(rf);
-      } catch (const Error& e) {
-        throw ApiError(400, e.what(), "response_format");
-      }
+    if (!ctx.structured)
+      throw ApiError(400, "'response_format' needs the model's tokenizer (this server has none)", "response_format");
+    try {
+      r.response_format = ctx.structured->compile(rf);
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "response_format");
     }
   }
   return r;
@@ -479,8 +483,7 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx, const nlohma
 
   parse_common(b, ctx, r);
   if (use_tools && (tools->choice == ToolChoice::Required || tools->choice == ToolChoice::Named)) {
-    const json* rf = has(b, "response_format") ? &b["response_format"] : nullptr;
-    if (rf && !(rf->is_object() && rf->contains("type") && (*rf)["type"] == "text"))
+    if (constrains_format(b))
       throw ApiError(400, "'response_format' cannot be combined with a required tool call", "response_format");
     if (!ctx.structured) throw ApiError(400, "'tool_choice' needs the model's tokenizer", "tool_choice");
     r.response_format = tool_choice_grammar(*ctx.structured, *tools);
