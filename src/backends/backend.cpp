@@ -61,6 +61,18 @@ std::vector<std::string> compiled_backends() {
   return v;
 }
 
+BackendSpec parse_backend_spec(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  BackendSpec s{spec.substr(0, colon), 0};
+  if (colon != std::string::npos) {
+    const std::string n = spec.substr(colon + 1);
+    MX_CHECK(!n.empty() && n.size() < 4 && n.find_first_not_of("0123456789") == std::string::npos,
+             "backend '{}': the device must be a number, as in cuda:0", spec);
+    s.device = std::stoi(n);
+  }
+  return s;
+}
+
 int backend_device_count(const std::string& kind) {
   if (kind == "cpu") return 1;
 #ifdef MXSERVE_HAVE_CUDA
@@ -86,15 +98,7 @@ void register_backend(const std::string& kind, BackendFactory make) {
 
 std::unique_ptr<Backend> make_backend(const std::string& spec, ThreadPool* pool) {
   if (auto it = registered().find(spec); it != registered().end()) return it->second(pool);
-  const size_t colon = spec.find(':');
-  const std::string kind = spec.substr(0, colon);
-  int device = 0;
-  if (colon != std::string::npos) {
-    const std::string n = spec.substr(colon + 1);
-    MX_CHECK(!n.empty() && n.size() < 4 && n.find_first_not_of("0123456789") == std::string::npos,
-             "backend '{}': the device must be a number, as in cuda:0", spec);
-    device = std::stoi(n);
-  }
+  const auto [kind, device] = parse_backend_spec(spec);
   if (kind == "cpu") {
     MX_CHECK(device == 0, "backend '{}': the CPU backend has one device, cpu:0", spec);
     return make_cpu_backend(pool);

@@ -237,6 +237,14 @@ class Backend {
 // Backends this binary has: "cpu" always, "cuda" and "hip" when built with
 // -DMXSERVE_CUDA=ON / -DMXSERVE_HIP=ON.
 std::vector<std::string> compiled_backends();
+// A backend spec "kind" or "kind:N" (cpu, cuda:1, hip:0) split into its kind
+// and device number (0 when absent); a device that is not a number is an error.
+struct BackendSpec {
+  std::string kind;
+  int device = 0;
+};
+BackendSpec parse_backend_spec(const std::string& spec);
+
 // Devices a GPU backend sees (0 when it is not compiled or finds no device or driver).
 int backend_device_count(const std::string& kind);
 // "cpu", "cuda", "cuda:1", "hip", "hip:0". Throws mx::Error when the backend is

@@ -1,5 +1,6 @@
 #include "parallel/placement.h"
 
+#include "backends/backend.h"
 #include "core/error.h"
 
 namespace mx {
@@ -7,16 +8,8 @@ namespace mx {
 std::string device_for_rank(const std::string& spec, int replica, int ranks_per_replica, int rank, int n_devices) {
   MX_CHECK(replica >= 0 && ranks_per_replica >= 1 && rank >= 0 && rank < ranks_per_replica,
            "device placement: replica {}, rank {} of {}", replica, rank, ranks_per_replica);
-  const size_t colon = spec.find(':');
-  const std::string kind = spec.substr(0, colon);
+  const auto [kind, first] = parse_backend_spec(spec);
   if (kind != "cuda" && kind != "hip") return spec;  // the CPU, test backends: nothing to place
-  int first = 0;
-  if (colon != std::string::npos) {
-    const std::string n = spec.substr(colon + 1);
-    MX_CHECK(!n.empty() && n.size() < 4 && n.find_first_not_of("0123456789") == std::string::npos,
-             "backend '{}': the device must be a number, as in cuda:0", spec);
-    first = std::stoi(n);
-  }
   const int index = first + replica * ranks_per_replica + rank;
   if (n_devices == 1 && first == 0) return kind + ":0";  // one device: every rank shares it
   MX_CHECK(n_devices <= 0 || index < n_devices,
