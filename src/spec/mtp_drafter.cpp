@@ -9,7 +9,7 @@
 namespace mx {
 
 MtpDrafter::MtpDrafter(const SpecOptions& o, Model& model, KVPool& pool)
-    : opts_(o), model_(model), pool_(pool), D_(model.config().hidden_size), V_(model.config().vocab_size) {
+    : Drafter(o, model.config().vocab_size), model_(model), pool_(pool), D_(model.config().hidden_size) {
   MX_CHECK(model.num_mtp_layers() > 0,
            "--speculative mtp: {} has no MTP (nextn) layer (num_nextn_predict_layers = 0); use "
            "--speculative ngram, or add a trained head (tools/train_mtp_head.py)",
@@ -18,19 +18,19 @@ MtpDrafter::MtpDrafter(const SpecOptions& o, Model& model, KVPool& pool)
 
 void MtpDrafter::draw(SpecSeq& s, const float* lg) {
   if (!s.draft_sampler) {
-    s.draft->push_back(argmax(lg, V_));
+    s.draft->push_back(argmax(lg, vocab_));
     return;
   }
   // Penalties would need the draft's own history; drafting without it only
   // lowers acceptance (verification uses the true history).
   const size_t off = s.q->size();
-  s.q->resize(off + V_);
+  s.q->resize(off + vocab_);
   float* q = s.q->data() + off;
   s.draft_sampler->probs(lg, {}, q);
-  s.draft->push_back(sample_categorical({q, size_t(V_)}, s.draft_sampler->rng().uniform()));
+  s.draft->push_back(sample_categorical({q, size_t(vocab_)}, s.draft_sampler->rng().uniform()));
 }
 
-void MtpDrafter::propose(std::span<SpecSeq> seqs, const float* hidden) {
+void MtpDrafter::draft_tokens(std::span<SpecSeq> seqs, const float* hidden) {
   for (SpecSeq& s : seqs) {
     s.draft->clear();
     s.q->clear();
@@ -54,7 +54,7 @@ void MtpDrafter::propose(std::span<SpecSeq> seqs, const float* hidden) {
     active_.push_back(i);
   }
   hidden_out_.resize(size_t(T) * D_);
-  logits_.resize(batch_.logit_rows.size() * size_t(V_));
+  logits_.resize(batch_.logit_rows.size() * size_t(vocab_));
   model_.forward_mtp(0, batch_, pool_, prev_.data(), logits_.data(), hidden_out_.data());
   // Chain: the next slot takes the last draft and the MTP layer's own output hidden.
   for (int depth = 1;; ++depth) {
@@ -66,7 +66,7 @@ void MtpDrafter::propose(std::span<SpecSeq> seqs, const float* hidden) {
       const BatchSeq& bs = batch_.seqs[a];
       trow += bs.n_tokens;  // past this sequence's last row
       if (s.want < depth) continue;  // no logits row: it wanted no draft
-      draw(s, logits_.data() + (lrow++) * V_);
+      draw(s, logits_.data() + (lrow++) * vocab_);
       // Room for the next MTP slot; without it the draft stays shorter.
       const int pos = bs.start_pos + bs.n_tokens;
       if (s.want == depth || !s.kv->reserve(pool_, pos + 1)) continue;
@@ -80,7 +80,7 @@ void MtpDrafter::propose(std::span<SpecSeq> seqs, const float* hidden) {
     active_.swap(next_);
     prev_.swap(next_prev_);
     hidden_out_.resize(active_.size() * size_t(D_));
-    logits_.resize(active_.size() * size_t(V_));
+    logits_.resize(active_.size() * size_t(vocab_));
     model_.forward_mtp(0, batch_, pool_, prev_.data(), logits_.data(), hidden_out_.data());
   }
 }

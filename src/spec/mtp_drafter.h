@@ -23,17 +23,16 @@ namespace mx {
 class MtpDrafter final : public Drafter {
  public:
   MtpDrafter(const SpecOptions& o, Model& model, KVPool& pool);
-  void propose(std::span<SpecSeq> seqs, const float* hidden) override;
   bool needs_hidden() const override { return true; }
 
  private:
+  void draft_tokens(std::span<SpecSeq> seqs, const float* hidden) override;
   // Appends the next draft token of s (and its q row) drawn from MTP logits lg.
   void draw(SpecSeq& s, const float* lg);
 
-  SpecOptions opts_;
   Model& model_;
   KVPool& pool_;
-  int D_, V_;
+  int D_;
   Batch batch_;
   std::vector<float> prev_, hidden_out_, logits_;
   std::vector<int> active_;  // sequences in the current MTP batch, in batch order

@@ -21,7 +21,7 @@ void ngram_lookup(std::span<const int32_t> t, int n_max, int n_min, int k, std::
   }
 }
 
-void NgramDrafter::propose(std::span<SpecSeq> seqs, const float*) {
+void NgramDrafter::draft_tokens(std::span<SpecSeq> seqs, const float*) {
   for (SpecSeq& s : seqs) {
     s.q->clear();
     if (s.want > 0)

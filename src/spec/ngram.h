@@ -13,11 +13,10 @@ void ngram_lookup(std::span<const int32_t> tokens, int n_max, int n_min, int k, 
 
 class NgramDrafter final : public Drafter {
  public:
-  explicit NgramDrafter(const SpecOptions& o) : opts_(o) {}
-  void propose(std::span<SpecSeq> seqs, const float* hidden) override;
+  NgramDrafter(const SpecOptions& o, int vocab_size) : Drafter(o, vocab_size) {}
 
  private:
-  SpecOptions opts_;
+  void draft_tokens(std::span<SpecSeq> seqs, const float* hidden) override;
 };
 
 }  // namespace mx

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "spec/draft_state.h"
+
 namespace mx {
 
 int verify_drafts(Sampler& s, const float* rows, std::span<const int32_t> draft, const float* q,
@@ -45,6 +47,12 @@ int verify_drafts(Sampler& s, const float* rows, std::span<const int32_t> draft,
   if (prepare) prepare(k);
   emit(s.sample(rows + k * V, history), k);
   return k;
+}
+
+int verify_drafts(Sampler& s, const float* rows, const DraftState& d, int k, const std::vector<int32_t>& history,
+                  const EmitToken& emit, VerifyScratch& sc, const PrepareRow& prepare) {
+  return verify_drafts(s, rows, {d.draft_.data(), size_t(k)}, d.q_.empty() ? nullptr : d.q_.data(), history, emit,
+                       sc, prepare);
 }
 
 }  // namespace mx

@@ -27,6 +27,8 @@
 
 namespace mx {
 
+class DraftState;
+
 // Returns true to continue, false when the sequence has finished.
 using EmitToken = std::function<bool(int32_t token, int row)>;
 // Called before row `row` of the logits is read, after the tokens of the rows
@@ -41,6 +43,11 @@ struct VerifyScratch {
 // probabilities or nullptr. Returns how many drafts were accepted (emitted as
 // themselves); at most one more token (correction or bonus) is emitted after them.
 int verify_drafts(Sampler& sampler, const float* rows, std::span<const int32_t> draft, const float* q,
+                  const std::vector<int32_t>& history, const EmitToken& emit, VerifyScratch& scratch,
+                  const PrepareRow& prepare = {});
+// The same for the first k drafts of a request's DraftState (spec/draft_state.h),
+// with the distributions they were drawn from: how the engine verifies.
+int verify_drafts(Sampler& sampler, const float* rows, const DraftState& drafts, int k,
                   const std::vector<int32_t>& history, const EmitToken& emit, VerifyScratch& scratch,
                   const PrepareRow& prepare = {});
 

@@ -104,6 +104,48 @@ TEST(Ngram, FindsTheLatestLongestMatch) {
   EXPECT_EQ(out, (std::vector<int32_t>{3, 1}));
 }
 
+// The per-request state the drafter owns: the draft length it asks for follows
+// acceptance only with --spec-adaptive (a full accept adds one up to the
+// steps, a rejection drops to what was accepted, at least one), the engine's
+// limit caps it, and the verification input is the last token then the drafts.
+TEST(DraftState, TheDrafterAdaptsTheLengthAndTheLimitCapsIt) {
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2};  // "1 2" recurs: 3 4 5 6 .. follow
+  SpecOptions o;
+  o.mode = SpecMode::ngram;
+  o.steps = 4;
+  auto drafted = [&](NgramDrafter& d, DraftState& st, int limit) {
+    SpecSeq s;
+    s.tokens = &tokens;
+    s.n = 1;
+    s.limit = limit;
+    s.state = &st;
+    d.propose({&s, 1}, nullptr);
+    return st.size();
+  };
+  for (bool adaptive : {false, true}) {
+    o.adaptive = adaptive;
+    NgramDrafter d(o, 16);
+    auto st = d.start(SamplingParams{});
+    EXPECT_EQ(st->size(), 0);
+    EXPECT_EQ(drafted(d, *st, 8), 4);
+    EXPECT_EQ(drafted(d, *st, 2), 2);  // the engine's limit (max_tokens, context)
+    EXPECT_EQ(drafted(d, *st, 0), 0);  // prefilling: no draft
+    EXPECT_EQ(drafted(d, *st, 8), 4);
+    const std::span<const int32_t> in = st->verify_input(2, 2);
+    EXPECT_EQ(std::vector<int32_t>(in.begin(), in.end()), (std::vector<int32_t>{2, 3, 4}));
+    d.on_verified(*st, 4, 1);
+    EXPECT_EQ(drafted(d, *st, 8), adaptive ? 1 : 4);
+    d.on_verified(*st, 1, 1);
+    EXPECT_EQ(drafted(d, *st, 8), adaptive ? 2 : 4);
+    d.on_verified(*st, 2, 0);
+    EXPECT_EQ(drafted(d, *st, 8), adaptive ? 1 : 4);
+    for (int i = 0; i < 5; ++i) d.on_verified(*st, st->size(), st->size());
+    EXPECT_EQ(drafted(d, *st, 8), 4);  // never past the steps
+    st->clear();  // preempted or finished: the draft is dropped
+    EXPECT_EQ(st->size(), 0);
+  }
+}
+
 TEST(SpecOptions, RejectsBadValues) {
   EXPECT_THROW(parse_spec_mode("eagle"), Error);
   EXPECT_EQ(parse_spec_mode("mtp"), SpecMode::mtp);
