@@ -1,7 +1,7 @@
 // mxserve bench: a load generator against any OpenAI-compatible endpoint
 // (--url), against `mxserve serve` started for the run (--launch-server), or
 // against an engine in this process (--in-process). Writes OUT/<workload>.json
-// and OUT/<workload>.svg per workload (bench/report.h defines every figure).
+// and OUT/<workload>.svg per workload (devtools/loadgen/report.h defines every figure).
 #include <unistd.h>
 
 #include <chrono>
@@ -11,18 +11,18 @@
 #include <memory>
 #include <sstream>
 
-#include "bench/load_generator.h"
-#include "bench/report.h"
-#include "bench/server_process.h"
-#include "bench/target.h"
-#include "bench/workload.h"
+#include "devtools/loadgen/load_generator.h"
+#include "devtools/loadgen/report.h"
+#include "devtools/loadgen/server_process.h"
+#include "devtools/loadgen/target.h"
+#include "devtools/loadgen/workload.h"
 #include "cli/commands.h"
 #include "cli/load_args.h"
 #include "cli/parallel_args.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
-#include "io/model_config.h"
+#include "formats/model_config.h"
 #include "models/model.h"
 
 namespace mx::cli {

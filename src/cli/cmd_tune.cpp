@@ -1,5 +1,5 @@
 // mxserve tune: measure kernel configs for a model's shapes (or the synthetic
-// models' set) and write them as a kernel config file (kernels/registry.h).
+// models' set) and write them as a kernel config file (backends/registry.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,8 +13,8 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
-#include "kernels/cpu/tuner.h"
-#include "kernels/registry.h"
+#include "backends/cpu/tuner.h"
+#include "backends/registry.h"
 #include "models/model.h"
 
 namespace mx::cli {

@@ -7,8 +7,8 @@
 #include "core/thread_pool.h"
 #include "models/mla.h"
 #include "models/moe.h"
-#include "parallel/comm.h"
-#include "parallel/device_group.h"
+#include "comm/comm.h"
+#include "comm/device_group.h"
 
 namespace mx {
 

@@ -1,5 +1,5 @@
 #pragma once
-// A bound model's weights placed in its backend's memory (kernels/backend.h),
+// A bound model's weights placed in its backend's memory (backends/backend.h),
 // once, after binding succeeded. On a backend whose memory is host memory (the
 // CPU backend) a weight is a view of the checkpoint's own bytes (mmapped, no
 // copy); elsewhere (GPUs) it is uploaded. Vectors (norms, biases) become f32.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "kernels/backend.h"
+#include "backends/backend.h"
 #include "models/dummy_weights.h"
 
 namespace mx {

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <numeric>
 
-#include "kernels/cpu/ops.h"  // axpy_f32: the host combine of expert parallel
-#include "parallel/comm.h"
+#include "backends/cpu/ops.h"  // axpy_f32: the host combine of expert parallel
+#include "comm/comm.h"
 
 namespace mx {
 
