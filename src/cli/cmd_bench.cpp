@@ -17,6 +17,7 @@
 #include "devtools/loadgen/target.h"
 #include "devtools/loadgen/workload.h"
 #include "cli/commands.h"
+#include "cli/list_arg.h"
 #include "cli/load_args.h"
 #include "cli/parallel_args.h"
 #include "core/error.h"
@@ -44,14 +45,6 @@ struct BenchArgs {
   std::vector<std::string> serve_args;
   EngineOptions engine;
 };
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string p; std::getline(ss, p, ',');)
-    if (!p.empty()) out.push_back(p);
-  return out;
-}
 
 std::vector<int> parse_int_list(const std::string& s, const char* what) {
   std::vector<int> out;

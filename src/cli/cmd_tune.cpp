@@ -7,9 +7,9 @@
 #include <map>
 #include <fstream>
 #include <set>
-#include <sstream>  // split_list
 
 #include "cli/commands.h"
+#include "cli/list_arg.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
@@ -28,14 +28,6 @@ struct TuneArgs {
   double min_ms = 10;
   TuneOptions opts;
 };
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  for (std::string t; std::getline(ss, t, ',');)
-    if (!t.empty()) v.push_back(t);
-  return v;
-}
 
 // The (dtype, out, in) of every matmul the model runs: one short prefill and a
 // decode step, with the registry recording each key it is asked for.
