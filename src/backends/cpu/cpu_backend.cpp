@@ -1,7 +1,7 @@
 // The CPU backend: Backend's ops on host memory, through the CPU kernels
 // (backends/cpu/matmul.h, ops.h) on one thread pool. It is what the model code
 // runs on by default, so these are the fast paths: the tuned GEMV/GEMM tiles,
-// paged attention with the (token, head) items dealt over the workers, and the
+// tiled paged attention (backends/cpu/attention.h), and the
 // grouped MoE with every active expert (and the shared one) a work item. It is
 // also the reference the GPU backends are compared with (tests/backends/test_backend.cpp).
 //
@@ -20,6 +20,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "backends/backend.h"
+#include "backends/cpu/attention.h"
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/ops.h"
 #include "backends/fill_impl.h"
@@ -136,13 +137,14 @@ class CpuBackend final : public Backend {
   void paged_attention(float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
                        const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
                        int64_t T) override {
-    attend(out, q, q_stride, kv, a, block_tables, max_blocks, seq, pos, T);
+    cpu_paged_attention(best_isa(), out, q, q_stride, kv, a, block_tables, max_blocks, seq, pos, T, pool_, scores_);
   }
   void prefill_attention(float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
                          const int32_t* block_table, int start_pos, int64_t n_q) override {
     std::vector<int32_t> seq(n_q, 0), pos(n_q);
     for (int64_t t = 0; t < n_q; ++t) pos[t] = start_pos + int32_t(t);
-    attend(out, q, q_stride, kv, a, block_table, 0, seq.data(), pos.data(), n_q);
+    cpu_paged_attention(best_isa(), out, q, q_stride, kv, a, block_table, 0, seq.data(), pos.data(), n_q, pool_,
+                        scores_);
   }
 
   void moe_route(int32_t* ids, float* w, const float* logits, int64_t T, const RouteArgs& r) override {
@@ -207,56 +209,6 @@ class CpuBackend final : public Backend {
     for (const DevWeight& d : w.down)
       if (d.data) return d.out;
     return w.shared_down.out;
-  }
-
-  // One range per worker; the (token, head) items are dealt round-robin so the
-  // long-context tokens at the end of a prefill chunk spread over all workers.
-  // Each item's reduction order depends only on its own position.
-  void attend(float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
-              const int32_t* tables, int max_blocks, const int32_t* seq, const int32_t* pos, int64_t T) {
-    MX_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "attention: {} heads over {} kv heads", a.n_heads,
-             a.n_kv_heads);
-    const int nw = pool_.size(), bs = kv.block_size, qk = a.head_dim, vd = a.vd();
-    const int group = a.n_heads / a.n_kv_heads;
-    const void* vbase = a.values_in_k ? kv.k : kv.v;
-    const int vw = a.values_in_k ? kv.k_width : kv.v_width;
-    int max_ctx = 1;
-    for (int64_t t = 0; t < T; ++t) max_ctx = std::max(max_ctx, pos[t] + 1);
-    scores_.resize(size_t(nw) * max_ctx);
-    // A bf16 / fp8 cache row is widened to f32 in the worker's buffer first.
-    const bool wide = kv.dtype == DType::F32;
-    kv_rows_.resize(wide ? 0 : size_t(nw) * (qk + vd));
-    auto row = [&](const void* base, size_t at, int n, float* buf) -> const float* {
-      if (wide) return static_cast<const float*>(base) + at;
-      for (int i = 0; i < n; ++i) buf[i] = kv_load(base, kv.dtype, int64_t(at) + i);
-      return buf;
-    };
-    const int64_t items = T * a.n_heads;
-    pool_.parallel_for(nw, [&](int64_t wb, int64_t we) {
-      for (int64_t w = wb; w < we; ++w) {
-        float* sc = scores_.data() + w * max_ctx;
-        float* kbuf = wide ? nullptr : kv_rows_.data() + w * (qk + vd);
-        float* vbuf = wide ? nullptr : kbuf + qk;
-        for (int64_t it = w; it < items; it += nw) {
-          const int64_t t = it / a.n_heads;
-          const int h = int(it % a.n_heads), g = h / group;
-          const int32_t* table = tables + int64_t(seq[t]) * max_blocks;
-          const int n_ctx = pos[t] + 1;
-          const float* qh = q + t * q_stride + int64_t(h) * qk;
-          for (int j = 0; j < n_ctx; ++j) {
-            const float* k = row(kv.k, (size_t(table[j / bs]) * bs + j % bs) * kv.k_width + size_t(g) * qk, qk, kbuf);
-            sc[j] = dot_f32(qh, k, qk) * a.scale;
-          }
-          softmax_inplace(sc, n_ctx);
-          float* o = out + (t * a.n_heads + h) * vd;
-          std::memset(o, 0, vd * sizeof(float));
-          for (int j = 0; j < n_ctx; ++j) {
-            const float* v = row(vbase, (size_t(table[j / bs]) * bs + j % bs) * vw + size_t(g) * vd, vd, vbuf);
-            axpy_f32(o, sc[j], v, vd);
-          }
-        }
-      }
-    });
   }
 
   // down(silu(gate x) * up x) for `rows` rows on the calling thread's share of the pool.
@@ -350,7 +302,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool& pool_;
   Arena scratch_;
-  std::vector<float> scores_, slots_, kv_rows_;
+  std::vector<float> scores_, slots_;  // scores_: attention scratch
   std::vector<int32_t> in_row_, offs_, order_;
   std::vector<int> items_, item_worker_;
 };

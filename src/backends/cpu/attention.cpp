@@ -1,0 +1,139 @@
+// cpu_paged_attention: argument checks, the split of a batch into work items,
+// their deal over the pool, and the scalar ISA's plain loop (attention.h).
+#include "backends/cpu/attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "core/error.h"
+#include "backends/cpu/ops.h"
+
+namespace mx {
+namespace {
+
+using attn_detail::Call;
+using attn_detail::Item;
+using attn_detail::Kernel;
+
+// The scalar ISA: each (token, head) on its own, dot products, one softmax over
+// the whole context (sum in double), then the weighted sum of the values. The
+// (token, head) items are dealt round-robin so the long-context tokens at the
+// end of a prefill chunk spread over all workers.
+void attend_scalar(const Call& c, const int32_t* tables, int max_blocks, const int32_t* seq, const int32_t* pos,
+                   int64_t T, ThreadPool& pool, std::vector<float>& scratch) {
+  const AttnArgs& a = c.a;
+  const PagedKV& kv = c.kv;
+  const int nw = pool.size(), bs = kv.block_size, qk = a.head_dim, vd = a.vd();
+  const int group = a.n_heads / a.n_kv_heads;
+  const void* vbase = a.values_in_k ? kv.k : kv.v;
+  const int vw = a.values_in_k ? kv.k_width : kv.v_width;
+  int max_ctx = 1;
+  for (int64_t t = 0; t < T; ++t) max_ctx = std::max(max_ctx, pos[t] + 1);
+  const bool wide = kv.dtype == DType::F32;
+  const int64_t per = max_ctx + (wide ? 0 : qk + vd);
+  scratch.resize(size_t(nw) * per);
+  auto row = [&](const void* base, size_t at, int n, float* buf) -> const float* {
+    if (wide) return static_cast<const float*>(base) + at;
+    for (int i = 0; i < n; ++i) buf[i] = kv_load(base, kv.dtype, int64_t(at) + i);
+    return buf;
+  };
+  const int64_t items = T * a.n_heads;
+  pool.parallel_for(nw, [&](int64_t wb, int64_t we) {
+    for (int64_t w = wb; w < we; ++w) {
+      float* sc = scratch.data() + w * per;
+      float* kbuf = wide ? nullptr : sc + max_ctx;
+      float* vbuf = wide ? nullptr : kbuf + qk;
+      for (int64_t it = w; it < items; it += nw) {
+        const int64_t t = it / a.n_heads;
+        const int h = int(it % a.n_heads), g = h / group;
+        const int32_t* table = tables + int64_t(seq[t]) * max_blocks;
+        const int n_ctx = pos[t] + 1;
+        const float* qh = c.q + t * c.q_stride + int64_t(h) * qk;
+        for (int j = 0; j < n_ctx; ++j) {
+          const float* k = row(kv.k, (size_t(table[j / bs]) * bs + j % bs) * kv.k_width + size_t(g) * qk, qk, kbuf);
+          sc[j] = dot_f32(qh, k, qk) * a.scale;
+        }
+        softmax_inplace(sc, n_ctx);
+        float* o = c.out + (t * a.n_heads + h) * vd;
+        std::memset(o, 0, vd * sizeof(float));
+        for (int j = 0; j < n_ctx; ++j) {
+          const float* v = row(vbase, (size_t(table[j / bs]) * bs + j % bs) * vw + size_t(g) * vd, vd, vbuf);
+          axpy_f32(o, sc[j], v, vd);
+        }
+      }
+    }
+  });
+}
+
+const Kernel* tiled_kernel(Isa isa) {
+  static const Kernel k512 = attn_detail::avx512_attention_kernel();
+  static const Kernel k2 = attn_detail::avx2_attention_kernel();
+  if (isa == Isa::Avx512) return &k512;
+  if (isa == Isa::Avx2) return &k2;
+  return nullptr;
+}
+
+}  // namespace
+
+void cpu_paged_attention(Isa isa, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
+                         const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
+                         int64_t T, ThreadPool& pool, std::vector<float>& scratch) {
+  MX_CHECK(a.n_kv_heads > 0 && a.n_heads > 0 && a.n_heads % a.n_kv_heads == 0, "attention: {} heads over {} kv heads",
+           a.n_heads, a.n_kv_heads);
+  MX_CHECK(a.head_dim > 0 && a.vd() > 0, "attention: head_dim {}, v_dim {}", a.head_dim, a.vd());
+  MX_CHECK(kv.block_size > 0, "attention: block size {}", kv.block_size);
+  MX_CHECK(kv.k_width >= a.n_kv_heads * a.head_dim, "attention: key width {} below {} kv heads x {}", kv.k_width,
+           a.n_kv_heads, a.head_dim);
+  MX_CHECK(a.values_in_k ? a.vd() <= a.head_dim : kv.v_width >= a.n_kv_heads * a.vd(),
+           "attention: value width {} too small for {} kv heads x {}", a.values_in_k ? a.head_dim : kv.v_width,
+           a.n_kv_heads, a.vd());
+  MX_CHECK(kv.dtype == DType::F32 || kv.dtype == DType::BF16 || kv.dtype == DType::F8_E4M3,
+           "attention: {} KV cache", dtype_name(kv.dtype));
+  for (int64_t t = 0; t < T; ++t)
+    MX_CHECK(pos[t] >= 0 && seq[t] >= 0, "attention: token {} at position {} of sequence {}", t, pos[t], seq[t]);
+  const Call c{out, q, q_stride, kv, a};
+  const Kernel* k = tiled_kernel(isa);
+  if (!k) return attend_scalar(c, block_tables, max_blocks, seq, pos, T, pool, scratch);
+
+  // Runs of consecutive positions of one sequence, then items of up to
+  // k->item_rows rows of one run and KV head.
+  const int group = a.n_heads / a.n_kv_heads;
+  std::vector<Item> items;
+  for (int64_t t = 0; t < T;) {
+    int64_t e = t + 1;
+    while (e < T && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1) ++e;
+    const int rows = int(e - t) * group;
+    for (int g = 0; g < a.n_kv_heads; ++g)
+      for (int r = 0; r < rows; r += k->item_rows) {
+        Item it;
+        it.t0 = t, it.n_q = int(e - t), it.pos0 = pos[t], it.g = g, it.r0 = r;
+        it.r1 = std::min(rows, r + k->item_rows);
+        it.table = block_tables + int64_t(seq[t]) * max_blocks;
+        items.push_back(it);
+      }
+    t = e;
+  }
+  // Longest first, each to the least loaded worker (cost: rows x keys). The
+  // deal only decides who computes an item, never how.
+  auto cost = [&](const Item& it) { return int64_t(it.r1 - it.r0) * (it.pos0 + (it.r1 - 1) / group + 1); };
+  std::vector<int> order(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return cost(items[x]) > cost(items[y]); });
+  const int nw = std::max(1, std::min<int>(pool.size(), int(items.size())));
+  std::vector<int> worker(items.size());
+  std::vector<int64_t> load(nw, 0);
+  for (int i : order) {
+    const int w = int(std::min_element(load.begin(), load.end()) - load.begin());
+    worker[i] = w, load[w] += cost(items[i]);
+  }
+  const int64_t per = k->scratch_floats(a);
+  scratch.resize(size_t(nw) * per);
+  pool.parallel_for(nw, [&](int64_t wb, int64_t we) {
+    for (int64_t w = wb; w < we; ++w)
+      for (int i : order)
+        if (worker[i] == w) k->run(c, items[i], scratch.data() + w * per);
+  });
+}
+
+}  // namespace mx

@@ -1,0 +1,99 @@
+#pragma once
+// Paged attention on the CPU (Backend::paged_attention's contract, backends/backend.h):
+// query token t (n_heads x head_dim at q + t * q_stride) of sequence seq[t]
+// attends causally to positions 0..pos[t] of that sequence's paged cache.
+//
+// The SIMD kernels (attention_impl.h, AVX-512 and AVX2) are tiled: the
+// (query, head) rows that share a KV head, for a run of consecutive positions of
+// one sequence, go through the cache together, a block of keys at a time, with an
+// online softmax (the running max / running sum rescaling of FlashAttention,
+// Dao et al. 2022, and its loop order of FlashAttention-2, Dao 2023, section 3.1:
+// queries outer, keys inner, one rescale of the output per key block). Q.K^T and
+// P.V are small GEMM tiles with the rows of the tile in the vector lanes, so one
+// key or value element, broadcast, serves a vector of rows; the K and V of a key
+// block are read once for every row of the GQA group and of the query run.
+//
+// Batch invariance (the contract of backends/cpu/matmul.h, carried over): a row's
+// output is bitwise the same whether its query is computed alone (decode), in a
+// chunk of any size, next to any other rows, or on any number of threads. Each
+// row (a query token and head) performs exactly this sequence of IEEE operations,
+// which depends only on its own query, its position p and the cache contents at
+// positions 0..p:
+//   s_j   = (fma chain over d = 0..head_dim-1 in increasing d, from +0, of q[d] k_j[d]) * scale
+//   for key blocks b = 0 .. p / kAttnKeyBlock (absolute positions
+//   [b * kAttnKeyBlock, (b + 1) * kAttnKeyBlock), whatever the query blocking):
+//     m'    = max(m, max of s_j over the block's positions <= p)      (m starts at -inf)
+//     alpha = exp(m - m'), P_j = exp(s_j - m')    (exp: the ISA's vector exp below)
+//     l     = l * alpha, then l += P_j for each position j <= p in increasing j
+//     o[d]  = o[d] * alpha, then o[d] = fma(P_j, v_j[d], o[d]) for j <= p in increasing j
+//   out[d] = o[d] / l
+// A tile also passes keys beyond a row's own position (another row of the tile
+// needs them) and whole blocks past it; for that row they are exact identities:
+// a masked score is -inf (a select, not arithmetic, so garbage or inf in K
+// cannot leak), its weight exp(-inf) = +0 adds nothing to l >= +0, the output
+// update is a masked FMA (inf or NaN in V cannot leak either), and a block with
+// no key of the row has m' = m, alpha = exp(0) = 1 exactly.
+// Results differ between ISAs (as the matmul's do): the scalar ISA keeps the
+// plain per-(token, head) loop below, the same for every batch.
+//
+// Caches: F32 rows are read in place; BF16 and F8_E4M3 rows of a key block are
+// widened to f32 once per work item (exactly, both formats fit in f32), so
+// attention over a bf16 / fp8 cache equals attention over an f32 cache holding
+// the rounded values, bit for bit.
+#include <cstdint>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "backends/backend.h"
+
+namespace mx {
+
+// Keys per block of the online softmax (absolute positions: part of the
+// numerical contract above, not a tunable).
+constexpr int kAttnKeyBlock = 64;
+
+// The whole op: validates the arguments (clear errors for bad head counts,
+// negative positions), splits the batch into work items (runs of consecutive
+// positions of one sequence x KV head x up to a few row tiles), deals them to
+// the pool's workers longest first and runs the ISA's kernel. `scratch` is the
+// caller's reusable buffer.
+void cpu_paged_attention(Isa isa, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
+                         const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
+                         int64_t n_tokens, ThreadPool& pool, std::vector<float>& scratch);
+
+namespace attn_detail {
+
+// A run of consecutive tokens t0..t0+n_q-1 of one sequence at positions
+// pos0..pos0+n_q-1; its rows for KV head g are r = i * group + h' (query i,
+// head g * group + h'), and an item takes rows [r0, r1) of them.
+struct Item {
+  int64_t t0 = 0;
+  int n_q = 0, pos0 = 0, g = 0, r0 = 0, r1 = 0;
+  const int32_t* table = nullptr;  // the sequence's block table
+};
+
+struct Call {
+  float* out;
+  const float* q;
+  int q_stride;
+  PagedKV kv;
+  AttnArgs a;
+};
+
+// Floats of per-worker scratch an item of the ISA's kernel needs.
+using ScratchFn = int64_t (*)(const AttnArgs& a);
+// Rows per item (a multiple of the kernel's row tile).
+using RunItemFn = void (*)(const Call& c, const Item& it, float* scratch);
+
+struct Kernel {
+  int item_rows = 0;
+  ScratchFn scratch_floats = nullptr;
+  RunItemFn run = nullptr;
+};
+
+Kernel avx512_attention_kernel();
+Kernel avx2_attention_kernel();
+
+}  // namespace attn_detail
+}  // namespace mx
