@@ -1,4 +1,4 @@
-// Bandwidth and throughput of a Backend's kernels (kernels/backend.h) against
+// Bandwidth and throughput of a Backend's kernels (backends/backend.h) against
 // the memory bandwidth the same backend measures for a plain copy:
 //   copy       device-to-device copy, bytes read + written per second (the roofline)
 //   gemv       matmul at T = 1 and 4 tokens per weight in each format: weight bytes
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "kernels/backend.h"
+#include "backends/backend.h"
 
 using namespace mx;
 

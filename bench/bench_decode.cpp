@@ -17,9 +17,9 @@
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/generate.h"
-#include "kernels/cpu/matmul.h"
+#include "backends/cpu/matmul.h"
 #include "models/model.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 
 using namespace mx;
 

@@ -14,7 +14,7 @@
 #include "core/cpu_features.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/matmul.h"
+#include "backends/cpu/matmul.h"
 
 namespace {
 

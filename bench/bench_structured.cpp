@@ -19,8 +19,8 @@
 #include "core/error.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_mask.h"
-#include "io/model_tokenizer.h"
-#include "io/tokenizer.h"
+#include "tokenizer/model_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "server/structured_output.h"
 
 using namespace mx;

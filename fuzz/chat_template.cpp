@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_common.h"
-#include "io/chat_template.h"
+#include "chat/chat_template.h"
 
 MXFUZZ_TARGET(chat_template) {
   static const nlohmann::ordered_json context = nlohmann::ordered_json::parse(R"({

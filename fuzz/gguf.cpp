@@ -2,8 +2,8 @@
 // parses a mapped file, then every accessor a loader uses on what it accepted.
 #include "core/mapped_file.h"
 #include "fuzz_common.h"
-#include "io/gguf.h"
-#include "io/tokenizer.h"
+#include "formats/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 MXFUZZ_TARGET(gguf) {
   mxfuzz::refusal_ok([&] {

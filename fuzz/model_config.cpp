@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_common.h"
-#include "io/model_config.h"
+#include "formats/model_config.h"
 
 MXFUZZ_TARGET(model_config) {
   const nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_common.h"
-#include "io/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "server/openai_api.h"
 
 namespace {

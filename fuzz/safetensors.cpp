@@ -2,7 +2,7 @@
 // read_safetensors_file reads a mapped file.
 #include "core/mapped_file.h"
 #include "fuzz_common.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 
 MXFUZZ_TARGET(safetensors) {
   mxfuzz::refusal_ok([&] {

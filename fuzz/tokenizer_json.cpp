@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_common.h"
-#include "io/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 MXFUZZ_TARGET(tokenizer_json) {
   const nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);

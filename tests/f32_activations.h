@@ -1,8 +1,8 @@
 #pragma once
 // A scope in which BF16 weights multiply the f32 activations on the CPU, as
 // MXSERVE_BF16_ACTIVATIONS=0 makes it for a process: the product the GPU kernels
-// and the float64 references compute (kernels/cpu/matmul.h, Bf16Act).
-#include "kernels/cpu/matmul.h"
+// and the float64 references compute (backends/cpu/matmul.h, Bf16Act).
+#include "backends/cpu/matmul.h"
 
 namespace mxtest {
 

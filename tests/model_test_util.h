@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "engine/generate.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/model.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 
 namespace mxtest {
 

@@ -9,7 +9,7 @@ tensor layout that `mxserve --mtp-head` loads (model.layers.{num_hidden_layers}.
 
 Run with Debian's python (python3-torch, python3-numpy). M is a llama2.c .bin or
 an HF directory (Llama / Qwen2 / Qwen3 dense, Qwen3-MoE, GLM-4.5 MoE; not
-DeepSeek-V3's MLA). `mxserve mtp-data` (src/spec/mtp_data.h) generates the
+DeepSeek-V3's MLA). `mxserve mtp-data` (src/devtools/mtp_data.h) generates the
 sequences with our engine and records the target's hidden state after the final
 norm and its top-k logits at every position.
 
@@ -258,7 +258,7 @@ class MtpLayer(torch.nn.Module):
                 if G > 1:
                     gs = sc.view(-1, G, m["E"] // G).topk(2, -1).values.sum(-1)
                     keep = torch.zeros_like(gs).scatter_(1, gs.topk(m["topk_groups"], -1).indices, 1.0)
-                    # dropped groups: -inf, as the engine (kernels/route_impl.h)
+                    # dropped groups: -inf, as the engine (backends/route_impl.h)
                     sc = sc.masked_fill(~keep.repeat_interleave(m["E"] // G, 1).bool(), float("-inf"))
                 idx = sc.topk(m["k"], -1).indices
             else:

@@ -1,7 +1,7 @@
 // mxserve bench: a load generator against any OpenAI-compatible endpoint
 // (--url), against `mxserve serve` started for the run (--launch-server), or
 // against an engine in this process (--in-process). Writes OUT/<workload>.json
-// and OUT/<workload>.svg per workload (bench/report.h defines every figure).
+// and OUT/<workload>.svg per workload (devtools/loadgen/report.h defines every figure).
 #include <unistd.h>
 
 #include <chrono>
@@ -11,18 +11,19 @@
 #include <memory>
 #include <sstream>
 
-#include "bench/load_generator.h"
-#include "bench/report.h"
-#include "bench/server_process.h"
-#include "bench/target.h"
-#include "bench/workload.h"
+#include "devtools/loadgen/load_generator.h"
+#include "devtools/loadgen/report.h"
+#include "devtools/loadgen/server_process.h"
+#include "devtools/loadgen/target.h"
+#include "devtools/loadgen/workload.h"
 #include "cli/commands.h"
+#include "cli/list_arg.h"
 #include "cli/load_args.h"
 #include "cli/parallel_args.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
-#include "io/model_config.h"
+#include "formats/model_config.h"
 #include "models/model.h"
 
 namespace mx::cli {
@@ -44,14 +45,6 @@ struct BenchArgs {
   std::vector<std::string> serve_args;
   EngineOptions engine;
 };
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string p; std::getline(ss, p, ',');)
-    if (!p.empty()) out.push_back(p);
-  return out;
-}
 
 std::vector<int> parse_int_list(const std::string& s, const char* what) {
   std::vector<int> out;

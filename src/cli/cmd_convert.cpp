@@ -4,8 +4,9 @@
 
 #include "cli/commands.h"
 #include "core/atomic_output.h"
-#include "io/gguf_model.h"
-#include "io/model_tokenizer.h"
+#include "convert/gguf_export.h"
+#include "formats/gguf_model.h"
+#include "tokenizer/model_tokenizer.h"
 #include "models/model.h"
 
 namespace mx::cli {

@@ -12,8 +12,8 @@
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
-#include "kernels/backend.h"
-#include "io/model_tokenizer.h"
+#include "backends/backend.h"
+#include "tokenizer/model_tokenizer.h"
 #include "models/model.h"
 
 namespace mx::cli {

@@ -1,8 +1,8 @@
-// mxserve make-test-model: synthetic HF-layout checkpoints (models/synthetic.h).
+// mxserve make-test-model: synthetic HF-layout checkpoints (devtools/synthetic.h).
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 
 namespace mx::cli {
 

@@ -1,4 +1,4 @@
-// mxserve mtp-data: self-distillation data for training an MTP head (spec/mtp_data.h).
+// mxserve mtp-data: self-distillation data for training an MTP head (devtools/mtp_data.h).
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -6,7 +6,7 @@
 #include "cli/parallel_args.h"
 #include "core/thread_pool.h"
 #include "models/model.h"
-#include "spec/mtp_data.h"
+#include "devtools/mtp_data.h"
 
 namespace mx::cli {
 

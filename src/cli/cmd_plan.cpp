@@ -1,5 +1,5 @@
 // mxserve plan: ranks the TP x DP x EP layouts of one node for a model,
-// an accelerator and a workload with the roofline model of plan/roofline.h.
+// an accelerator and a workload with the roofline model of devtools/planner/roofline.h.
 #include <cstdio>
 #include <algorithm>
 #include <filesystem>
@@ -7,12 +7,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "bench/workload.h"
+#include "devtools/loadgen/workload.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "io/model_config.h"
-#include "plan/hardware.h"
-#include "plan/roofline.h"
+#include "formats/model_config.h"
+#include "devtools/planner/hardware.h"
+#include "devtools/planner/roofline.h"
 
 namespace mx::cli {
 
@@ -107,7 +107,7 @@ int run_plan(const PlanArgs& a) {
   std::printf("prefill t/s: prompt tokens/s of the node when all replicas prefill; TTFT: one request's prefill;\n"
               "user t/s: decode speed of one stream; output/total t/s: the workload on the whole node.\n");
   if (a.comm_bytes) {
-    // Per layer, per token, over one replica's ranks, f32 as mxserve sends (plan/roofline.h
+    // Per layer, per token, over one replica's ranks, f32 as mxserve sends (devtools/planner/roofline.h
     // comm_bytes; `generate --comm-stats` measures the same counters).
     std::printf("comm bytes per token per layer, all ranks of a replica, f32 on the wire (mxserve's collectives):\n");
     int shown = 0;

@@ -5,8 +5,8 @@
 
 #include "cli/commands.h"
 #include "models/model.h"
-#include "quant/quality.h"
-#include "quant/quantizer.h"
+#include "convert/quality.h"
+#include "convert/quantizer.h"
 
 namespace mx::cli {
 

@@ -1,5 +1,5 @@
 // mxserve tune: measure kernel configs for a model's shapes (or the synthetic
-// models' set) and write them as a kernel config file (kernels/registry.h).
+// models' set) and write them as a kernel config file (backends/registry.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,14 +7,14 @@
 #include <map>
 #include <fstream>
 #include <set>
-#include <sstream>  // split_list
 
 #include "cli/commands.h"
+#include "cli/list_arg.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
-#include "kernels/cpu/tuner.h"
-#include "kernels/registry.h"
+#include "backends/cpu/tuner.h"
+#include "backends/registry.h"
 #include "models/model.h"
 
 namespace mx::cli {
@@ -28,14 +28,6 @@ struct TuneArgs {
   double min_ms = 10;
   TuneOptions opts;
 };
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  for (std::string t; std::getline(ss, t, ',');)
-    if (!t.empty()) v.push_back(t);
-  return v;
-}
 
 // The (dtype, out, in) of every matmul the model runs: one short prefill and a
 // decode step, with the registry recording each key it is asked for.

@@ -10,7 +10,7 @@ struct Command {
   std::function<int()> run;  // exit code
 };
 
-// The --tokenizer option of the subcommands that take text (io/model_tokenizer.h).
+// The --tokenizer option of the subcommands that take text (tokenizer/model_tokenizer.h).
 inline constexpr const char* kTokenizerOptionHelp =
     "Tokenizer file (tokenizer.json, .gguf or llama2.c tokenizer.bin); default: the model's own (tokenizer.json in "
     "its directory, the GGUF's, or tok{vocab}.bin / tokenizer.bin of its vocabulary size beside a llama2.c "

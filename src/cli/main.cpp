@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "kernels/registry.h"
+#include "backends/registry.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"mxserve: LLM inference engine and OpenAI-compatible server for MoE models"};

@@ -9,7 +9,7 @@
 namespace mx {
 
 // CPU ISAs, then the GPU architectures the GPU backend is compiled for (the
-// tuned-kernel registry keys GPU kernels by them too; kernels/backend.h).
+// tuned-kernel registry keys GPU kernels by them too; backends/backend.h).
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Sm80 = 3, Sm90 = 4, Gfx90a = 5, Gfx940 = 6, Gfx1030 = 7 };
 inline bool is_gpu_isa(Isa i) { return int(i) >= int(Isa::Sm80); }
 
@@ -26,7 +26,7 @@ const char* isa_name(Isa);
 std::optional<Isa> isa_from_name(std::string_view name);
 std::string cpu_features_string();
 
-// The machine, for keying tuned kernel configs (kernels/registry.h): vendor,
+// The machine, for keying tuned kernel configs (backends/registry.h): vendor,
 // family and model from CPUID leaf 1 (display family and model, extended fields
 // included, as the Intel SDM and AMD's CPUID specification define them), e.g.
 // "amd-f26-m2" (Zen 5) or "intel-f6-m143" (Sapphire Rapids). MXSERVE_CPU_KEY

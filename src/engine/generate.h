@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/finish_reason.h"
-#include "engine/sampling.h"
+#include "sampling/sampling.h"
 #include "models/model.h"
 
 namespace mx {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/dtype.h"
-#include "kernels/backend.h"
+#include "backends/backend.h"
 #include "models/kv_cache.h"
 
 namespace mx {

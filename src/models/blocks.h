@@ -4,11 +4,11 @@
 // MLA in mla.h, MoE in moe.h). Each block binds its own weights by checkpoint
 // name, so a family file only says which blocks it stacks under which prefixes;
 // once binding succeeded, place() puts them in the backend's memory, and
-// forward() runs every op through the Backend (kernels/backend.h): one
+// forward() runs every op through the Backend (backends/backend.h): one
 // definition of the model for the CPU and the GPUs.
 #include <string>
 
-#include "kernels/backend.h"
+#include "backends/backend.h"
 #include "models/device_weights.h"
 #include "models/kv_cache.h"
 #include "models/model.h"

@@ -7,8 +7,8 @@
 #include "core/thread_pool.h"
 #include "models/mla.h"
 #include "models/moe.h"
-#include "parallel/comm.h"
-#include "parallel/device_group.h"
+#include "comm/comm.h"
+#include "comm/device_group.h"
 
 namespace mx {
 
@@ -261,7 +261,7 @@ void DecoderModel::partial_allreduce(float* v, size_t n) {
   // Host-staged (issue 23's fallback for GPU ranks: works on any backend,
   // HIP-CPU included), on the backend's comm stream: the host waits for the
   // download alone, and the compute stream's next op for the upload (events,
-  // kernels/backend.h comm_begin).
+  // backends/backend.h comm_begin).
   stage_.resize(n);
   backend_->comm_begin();
   backend_->comm_download(stage_.data(), v, n * 4);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "models/blocks.h"
-#include "kernels/device_comm.h"
+#include "backends/device_comm.h"
 #include "models/device_weights.h"
 
 namespace mx {

@@ -1,5 +1,5 @@
 #pragma once
-// A bound model's weights placed in its backend's memory (kernels/backend.h),
+// A bound model's weights placed in its backend's memory (backends/backend.h),
 // once, after binding succeeded. On a backend whose memory is host memory (the
 // CPU backend) a weight is a view of the checkpoint's own bytes (mmapped, no
 // copy); elsewhere (GPUs) it is uploaded. Vectors (norms, biases) become f32.
@@ -7,7 +7,7 @@
 // placed once.
 //
 // Sharded loading (issue 23): a tensor-parallel or expert-parallel rank hands
-// in only its part of each weight (parallel/shard.h: row slices as views,
+// in only its part of each weight (comm/shard.h: row slices as views,
 // column slices as WeightSlice references, other ranks' experts not at all),
 // and this class reads exactly those bytes from the mmapped checkpoint:
 // contiguous ranges are uploaded straight from the mapping, a column slice
@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "io/tensor_store.h"
-#include "kernels/backend.h"
+#include "backends/backend.h"
+#include "formats/tensor_store.h"
 #include "models/dummy_weights.h"
-#include "parallel/shard.h"
+#include "comm/shard.h"
 
 namespace mx {
 

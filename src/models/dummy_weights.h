@@ -20,7 +20,7 @@
 // columns, never the whole tensor (vLLM's dummy loader instead fills each
 // rank's already-sliced parameter; the values here do not depend on the
 // rank count because every element is drawn from its index). Values are
-// uniform, drawn per element from (seed, name) by kernels/fill_impl.h, so a
+// uniform, drawn per element from (seed, name) by backends/fill_impl.h, so a
 // dummy model is the same model on every backend: projections +-0.035 (std
 // 0.02, HF's initializer_range), norms 0.9..1.1, MXFP4 codes uniform with E8M0
 // scales 2^-8..2^-6, FP8 values +-1 with block scales 0.03..0.04.
@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "io/tensor_store.h"
-#include "kernels/backend.h"
+#include "formats/tensor_store.h"
+#include "backends/backend.h"
 
 namespace mx {
 

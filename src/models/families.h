@@ -3,7 +3,7 @@
 // their real names and stacks the shared blocks (models/decoder.h).
 #include <memory>
 
-#include "io/tensor_store.h"
+#include "formats/tensor_store.h"
 #include "models/model.h"
 
 namespace mx {

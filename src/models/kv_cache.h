@@ -8,7 +8,7 @@
 // Each token slot stores k_width values of "K" and v_width values of "V" per
 // layer: for GQA that is kv_heads * head_dim each; for MLA, which caches one
 // compressed latent per token, v_width is 0. Values are f32, bf16 or fp8 E4M3
-// (--kv-dtype, engine/kv_cache.h; kernels/backend.h PagedKV).
+// (--kv-dtype, engine/kv_cache.h; backends/backend.h PagedKV).
 //
 // In models/ because the model's forward reads and writes it (Model::forward,
 // the attention blocks); the engine allocates and schedules it.
@@ -17,7 +17,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
-#include "kernels/backend.h"
+#include "backends/backend.h"
 
 namespace mx {
 

@@ -5,9 +5,9 @@
 #include <set>
 
 #include "core/error.h"
-#include "io/gguf_model.h"
-#include "io/llama2c.h"
-#include "io/safetensors.h"
+#include "formats/gguf_model.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
 #include "models/families.h"
 #include "models/model.h"
 

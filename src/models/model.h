@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "io/model_config.h"
+#include "formats/model_config.h"
 #include "models/kv_cache.h"
 #include "models/weight_binder.h"
 
@@ -38,7 +38,7 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  // Where the forward runs (kernels/backend.h); the KV pool a forward is given
+  // Where the forward runs (backends/backend.h); the KV pool a forward is given
   // must live there (KVPool's backend). Null: host memory (the CPU).
   virtual Backend* backend() const { return nullptr; }
   // KV slots per layer; the MTP layers are layers num_hidden_layers + i of the same pool.
@@ -78,9 +78,9 @@ struct LoadOptions {
   // model.layers.{num_hidden_layers + i}.*) added to a model without one;
   // tools/train_mtp_head.py writes them.
   std::string mtp_head;
-  // Tensor / expert parallel: this rank's cut (parallel/shard.h); null = whole model.
+  // Tensor / expert parallel: this rank's cut (comm/shard.h); null = whole model.
   std::shared_ptr<const ShardPlan> shard;
-  // The backend the model runs on: "cpu", "cuda[:N]", "hip[:N]" (kernels/backend.h).
+  // The backend the model runs on: "cpu", "cuda[:N]", "hip[:N]" (backends/backend.h).
   std::string backend = "cpu";
   // "auto": the checkpoint at the path; "dummy": config.json alone (the path is
   // a directory holding it, or the file), random weights made in the backend's
@@ -122,7 +122,7 @@ void attach_mtp_head(Checkpoint& ck, const std::string& path);
 Checkpoint open_checkpoint(const std::string& path, const LoadOptions& opts);
 
 // Loads a model from an HF directory (config.json + safetensors), a GGUF file
-// (io/gguf_model.h) or a llama2.c .bin file.
+// (formats/gguf_model.h) or a llama2.c .bin file.
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts = {});
 
 }  // namespace mx

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <numeric>
 
-#include "kernels/cpu/ops.h"  // axpy_f32: the host combine of expert parallel
-#include "parallel/comm.h"
+#include "backends/cpu/ops.h"  // axpy_f32: the host combine of expert parallel
+#include "comm/comm.h"
 
 namespace mx {
 
@@ -123,7 +123,7 @@ void MoeBlock::forward_ep(ForwardCtx& ctx, const float* x_in, const int32_t* idx
     s.x.resize(size_t(T) * H);
     s.idx.resize(size_t(T) * k);
     s.w.resize(size_t(T) * k);
-    // On the comm stream (kernels/backend.h comm_begin): the host waits for these copies alone.
+    // On the comm stream (backends/backend.h comm_begin): the host waits for these copies alone.
     b.comm_begin();
     b.comm_download(s.x.data(), x_in, s.x.size() * 4);
     b.comm_download(s.idx.data(), idx_in, s.idx.size() * 4);

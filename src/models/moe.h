@@ -12,7 +12,7 @@
 // Execution (Backend::moe_ffn): tokens are grouped by expert, each active expert runs one GEMM
 // over its tokens; each token's expert outputs are combined in ascending expert
 // order, so the result does not depend on what else is in the batch.
-// Parallel (parallel/shard.h): under tensor parallel every expert's hidden dim
+// Parallel (comm/shard.h): under tensor parallel every expert's hidden dim
 // is split (the output is a partial sum the decoder allreduces); under expert
 // parallel each rank holds E / P whole experts, and the tokens (each rank owns
 // a contiguous T / P of them) are dispatched to their experts' ranks with an
@@ -29,7 +29,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/route_impl.h"
+#include "backends/route_impl.h"
 #include "models/blocks.h"
 
 namespace mx {

@@ -8,8 +8,8 @@
 // yarn's attention factor scales cos and sin.
 #include <vector>
 
-#include "io/model_config.h"
-#include "kernels/cpu/ops.h"  // rope_rotate: the math, which the CPU backend runs too
+#include "formats/model_config.h"
+#include "backends/cpu/ops.h"  // rope_rotate: the math, which the CPU backend runs too
 
 namespace mx {
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "io/tensor_store.h"
+#include "formats/tensor_store.h"
 #include "models/dummy_weights.h"
-#include "parallel/shard.h"
+#include "comm/shard.h"
 #include "quant/quant_config.h"
 
 namespace mx {
@@ -54,7 +54,7 @@ class WeightBinder {
   // a regex matched against the whole name.
   void ignore(const std::string& regex, const std::string& why);
 
-  // This rank's cut of the model (parallel/shard.h): blocks read it to bind
+  // This rank's cut of the model (comm/shard.h): blocks read it to bind
   // only their slice. Unsharded unless set.
   const ShardPlan& shard() const { return shard_ ? *shard_ : no_shard_; }
   void set_shard(const ShardPlan* plan) { shard_ = plan; }

@@ -9,9 +9,9 @@
 #include "core/thread_pool.h"
 #include "models/device_weights.h"
 #include "models/kv_cache.h"
-#include "parallel/comm_local.h"
+#include "comm/comm_local.h"
 #include "parallel/placement.h"
-#include "parallel/shard.h"
+#include "comm/shard.h"
 
 namespace mx {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "models/model.h"
-#include "parallel/comm.h"
+#include "comm/comm.h"
 
 namespace mx {
 
@@ -25,7 +25,7 @@ struct ParallelOptions {
   int tp = 1;                  // tensor-parallel ranks (attention, dense MLP, LM head)
   int ep = 1;                  // expert-parallel ranks for the MoE layers (1: TP-split experts)
   // communicator: auto (mpi under mpirun, else local), local, mpi, or nccl (rccl:
-  // the same): device collectives (kernels/device_comm.h) over the MPI ranks, or
+  // the same): device collectives (backends/device_comm.h) over the MPI ranks, or
   // one rank without mpirun; the batch broadcasts stay on MPI.
   std::string backend = "auto";
   std::string device = "cpu";    // compute backend the model runs on (LoadOptions::backend)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "server/openai_api.h"
@@ -65,24 +66,19 @@ std::string host_of_header(const std::string& value, bool origin) {
 bool reject_request(const HttpRequest& req, HttpResponse& res, const AccessOptions& access,
                     const std::vector<Route>& routes) {
   if (access.check_host) {
-    const bool has_host = req.has_header("Host");
-    const std::string host = host_of_header(req.header("Host"), false);
-    if (has_host && !host_allowed(host, access)) {
+    // A request for another host (DNS rebinding), or from a page served by one.
+    const auto refuse = [&](const char* header, const char* whom, const char* code) {
       answer(res, 403,
-             "Host '" + req.header("Host") +
-                 "' is not allowed: this server listens on a loopback address and answers only requests for "
-                 "localhost, 127.0.0.1 or [::1] (see --allowed-hosts)",
-             "host_not_allowed", "permission_error");
+             fmt::format("{} '{}' is not allowed: this server listens on a loopback address and answers only {} "
+                         "localhost, 127.0.0.1 or [::1] (see --allowed-hosts)",
+                         header, req.header(header), whom),
+             code, "permission_error");
       return true;
-    }
-    if (req.has_header("Origin") && !host_allowed(host_of_header(req.header("Origin"), true), access)) {
-      answer(res, 403,
-             "Origin '" + req.header("Origin") +
-                 "' is not allowed: this server listens on a loopback address and answers only pages served from "
-                 "localhost, 127.0.0.1 or [::1] (see --allowed-hosts)",
-             "origin_not_allowed", "permission_error");
-      return true;
-    }
+    };
+    if (req.has_header("Host") && !host_allowed(host_of_header(req.header("Host"), false), access))
+      return refuse("Host", "requests for", "host_not_allowed");
+    if (req.has_header("Origin") && !host_allowed(host_of_header(req.header("Origin"), true), access))
+      return refuse("Origin", "pages served from", "origin_not_allowed");
   }
   bool known = false, method_ok = false;
   std::string allow;

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "io/tokenizer.h"
-#include "kernels/registry.h"
+#include "tokenizer/tokenizer.h"
+#include "backends/registry.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
 #include "server/text_stream.h"

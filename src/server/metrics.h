@@ -11,7 +11,7 @@
 //   mxserve_preemptions_total, mxserve_engine_steps_total,
 //   mxserve_requests_total{finish_reason} (one per choice: stop, length, abort, error),
 //   mxserve_http_requests_total{code}, mxserve_kernel_fallbacks_total (calls
-//   that ran with an untuned kernel shape, kernels/registry.h).
+//   that ran with an untuned kernel shape, backends/registry.h).
 // Histograms (seconds): mxserve_time_to_first_token_seconds,
 //   mxserve_inter_token_latency_seconds, mxserve_request_duration_seconds.
 #include <atomic>

@@ -1,6 +1,6 @@
 #include "server/openai_api.h"
 
-#include "io/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <atomic>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "io/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "server/chat_prompt.h"
 #include "server/chat_tools.h"
 #include "grammar/regex.h"

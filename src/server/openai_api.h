@@ -40,9 +40,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling.h"
+#include "sampling/sampling.h"
 #include "grammar/token_mask.h"
-#include "io/chat_template.h"
+#include "chat/chat_template.h"
 #include "server/structured_output.h"
 #include "server/tool_calls.h"
 

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "grammar/json_schema.h"
-#include "io/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mx::server {
 

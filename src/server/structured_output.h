@@ -2,7 +2,7 @@
 // Structured outputs (OpenAI's response_format): {"type": "json_object"} and
 // {"type": "json_schema", "json_schema": {"name", "schema", "strict"}} compiled to
 // a grammar (grammar/json_schema.h) over the model's vocabulary, and the
-// per-request TokenConstraint the engine masks logits with (engine/token_constraint.h).
+// per-request TokenConstraint the engine masks logits with (sampling/token_constraint.h).
 // "text" or no response_format: no constraint.
 #include <cstdint>
 #include <functional>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/token_constraint.h"
+#include "sampling/token_constraint.h"
 #include "grammar/token_mask.h"
 
 namespace mx {

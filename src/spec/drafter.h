@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling.h"
+#include "sampling/sampling.h"
 #include "models/kv_cache.h"
 
 namespace mx {

@@ -23,7 +23,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/sampling.h"
+#include "sampling/sampling.h"
 
 namespace mx {
 

@@ -1,8 +1,8 @@
 // The CLI contract: help, clear errors with non-zero exits for bad input.
 #include <gtest/gtest.h>
 
-#include "kernels/backend.h"
-#include "kernels/gpu_test_util.h"
+#include "backends/backend.h"
+#include "backends/gpu_test_util.h"
 #include "test_util.h"
 
 namespace {

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "engine/generate.h"
 #include "models/model.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 #include "model_test_util.h"
 #include "test_util.h"
 

@@ -13,9 +13,9 @@
 
 #include "engine/engine.h"
 #include "engine_test_util.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/model.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 #include "test_util.h"
 
 using namespace mx;

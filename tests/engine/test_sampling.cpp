@@ -1,4 +1,4 @@
-#include "engine/sampling.h"
+#include "sampling/sampling.h"
 
 #include <gtest/gtest.h>
 

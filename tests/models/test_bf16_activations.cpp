@@ -1,7 +1,7 @@
 // What rounding activations to bf16 (the AVX512-BF16 matmul kernels,
-// kernels/cpu/matmul.h) costs a bf16 model: the next-token distributions against
+// backends/cpu/matmul.h) costs a bf16 model: the next-token distributions against
 // the f32-activation product, per family, as KL divergence and top-1 agreement.
-// The kernels' own arithmetic is checked in tests/kernels/test_matmul.cpp.
+// The kernels' own arithmetic is checked in tests/backends/test_matmul.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "engine/generate.h"
 #include "f32_activations.h"
 #include "models/model.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 #include "test_util.h"
 
 using namespace mx;

@@ -12,9 +12,9 @@
 #include <functional>
 
 #include "engine/engine.h"
-#include "kernels/backend.h"
+#include "backends/backend.h"
 #include "models/model.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 
 using namespace mx;
 namespace fs = std::filesystem;

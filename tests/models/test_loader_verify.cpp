@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/model.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 #include "model_test_util.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-// One model definition on every backend (models/decoder.h over kernels/backend.h):
+// One model definition on every backend (models/decoder.h over backends/backend.h):
 // the serving engine on a GPU backend gives each request the CPU backend's
 // greedy tokens, with continuous batching, chunked prefill, the prefix cache,
 // preemption (a KV pool too small for all requests at once) and speculative
@@ -13,10 +13,10 @@
 
 #include "engine/engine.h"
 #include "engine/generate.h"
-#include "kernels/gpu_test_util.h"
-#include "kernels/backend.h"
+#include "backends/gpu_test_util.h"
+#include "backends/backend.h"
 #include "models/model.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 
 using namespace mx;
 namespace fs = std::filesystem;

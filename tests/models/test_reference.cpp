@@ -8,7 +8,7 @@
 
 #include "engine/generate.h"
 #include "models/model.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 #include "f32_activations.h"
 #include "test_util.h"
 

@@ -8,11 +8,12 @@
 #include <cstring>
 
 #include "engine/generate.h"
-#include "io/gguf_model.h"
-#include "io/model_tokenizer.h"
+#include "convert/gguf_export.h"
+#include "formats/gguf_model.h"
+#include "tokenizer/model_tokenizer.h"
 #include "models/model.h"
-#include "quant/quality.h"
-#include "quant/quantizer.h"
+#include "convert/quality.h"
+#include "convert/quantizer.h"
 #include "test_util.h"
 
 using namespace mx;

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <thread>
 
-#include "parallel/comm_local.h"
+#include "comm/comm_local.h"
 
 using namespace mx;
 

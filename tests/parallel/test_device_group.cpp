@@ -1,6 +1,6 @@
 // Issue 23's GPU plumbing that runs without a GPU: the device placement of
 // ranks and data-parallel replicas (parallel/placement.h), the device
-// communicator's self-check (parallel/device_group.h) driven through a stand-in
+// communicator's self-check (comm/device_group.h) driven through a stand-in
 // DeviceComm over the in-process host communicator on the CPU backend, the
 // refusals of --comm nccl where no NCCL / RCCL can run (HIP-CPU, the CPU,
 // in-process ranks), and the byte count a device allreduce records.
@@ -8,15 +8,15 @@
 
 #include <thread>
 
-#include "kernels/backend.h"
-#include "kernels/device_comm.h"
-#include "kernels/gpu/gpu_backend.h"
-#include "models/synthetic.h"
-#include "parallel/comm_local.h"
-#include "parallel/device_group.h"
+#include "backends/backend.h"
+#include "backends/device_comm.h"
+#include "backends/gpu/gpu_backend.h"
+#include "devtools/synthetic.h"
+#include "comm/comm_local.h"
+#include "comm/device_group.h"
 #include "parallel/parallel_model.h"
 #include "parallel/placement.h"
-#include "kernels/gpu_test_util.h"
+#include "backends/gpu_test_util.h"
 #include "test_util.h"
 
 using namespace mx;

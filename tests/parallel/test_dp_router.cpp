@@ -2,7 +2,7 @@
 // prefix-cache hit rate beats round-robin on a 60%-shared-prefix workload.
 #include <gtest/gtest.h>
 
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 #include "parallel/dp_router.h"
 #include "test_util.h"
 

@@ -18,10 +18,10 @@
 #include <regex>
 
 #include "engine/generate.h"
-#include "io/tensor_store.h"
-#include "kernels/gpu_test_util.h"
+#include "formats/tensor_store.h"
+#include "backends/gpu_test_util.h"
 #include "models/device_weights.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 #include "parallel/parallel_model.h"
 #include "test_util.h"
 

@@ -9,9 +9,9 @@
 
 #include "engine/engine.h"
 #include "engine/generate.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 #include "parallel/parallel_model.h"
-#include "kernels/gpu_test_util.h"
+#include "backends/gpu_test_util.h"
 #include "test_util.h"
 
 using namespace mx;

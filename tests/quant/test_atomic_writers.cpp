@@ -17,8 +17,8 @@
 #include "core/atomic_output.h"
 #include "engine/generate.h"
 #include "models/model.h"
-#include "models/synthetic.h"
-#include "quant/quantizer.h"
+#include "devtools/synthetic.h"
+#include "convert/quantizer.h"
 #include "test_util.h"
 
 extern char** environ;

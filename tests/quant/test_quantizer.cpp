@@ -6,10 +6,10 @@
 
 #include "core/error.h"
 #include "engine/generate.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/model.h"
-#include "models/synthetic.h"
-#include "quant/quantizer.h"
+#include "devtools/synthetic.h"
+#include "convert/quantizer.h"
 #include "test_util.h"
 
 using namespace mx;

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "engine/generate.h"
-#include "io/llama2c_tokenizer.h"
+#include "tokenizer/llama2c_tokenizer.h"
 #include "server_test_util.h"
 
 using namespace mxtest;

@@ -3,7 +3,7 @@
 // server on the synthetic Qwen3 (its real chat template thinks).
 #include <gtest/gtest.h>
 
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 #include "server/reasoning.h"
 #include "server/text_stream.h"
 #include "server_test_util.h"

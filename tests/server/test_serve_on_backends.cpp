@@ -6,8 +6,8 @@
 
 #include <future>
 
-#include "bench/server_process.h"
-#include "kernels/gpu_test_util.h"
+#include "devtools/loadgen/server_process.h"
+#include "backends/gpu_test_util.h"
 #include "server_test_util.h"
 
 using namespace mxtest;

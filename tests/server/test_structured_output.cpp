@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "grammar/json_validate.h"
-#include "models/synthetic.h"
+#include "devtools/synthetic.h"
 #include "server_test_util.h"
 
 using namespace mxtest;

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "test_util.h"
 
 namespace {

@@ -1,0 +1,309 @@
+// AVX2 + FMA matmul kernels (V = 8 lanes). Accumulation scheme: matmul_impl.h.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "core/cpu_features.h"
+#include "backends/cpu/matmul_impl.h"
+
+#define MX_INLINE inline __attribute__((always_inline))
+
+namespace mx::matmul_detail {
+namespace {
+
+constexpr int V = 8;
+
+// Weight loaders: 8 elements as f32; s is the chunk's block scale (F8_E4M3 only).
+struct F32W {
+  using T = float;
+  static constexpr int64_t kBlock = 0;
+  static __m256 load(const float* p, __m256) { return _mm256_loadu_ps(p); }
+};
+
+// bf16 -> f32 is exact: the bf16 bits are the high half of the f32.
+struct Bf16W {
+  using T = uint16_t;
+  static constexpr int64_t kBlock = 0;
+  static __m256 load(const uint16_t* p, __m256) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+
+// F8_E4M3 -> f32 exactly through f16 (see the AVX-512 file): the value times 2^-8,
+// with 2^8 folded into the block scale; 0x7f / 0xff become NaN.
+struct Fp8W {
+  using T = uint8_t;
+  static constexpr int64_t kBlock = 128;
+  static MX_INLINE __m256 load(const uint8_t* p, __m256 s) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7),
+                                    _mm_set1_epi16(int16_t(0xBFFF)));
+    const __m128i nan8 = _mm_cmpeq_epi8(_mm_or_si128(b, _mm_set1_epi8(int8_t(0x80))), _mm_set1_epi8(-1));
+    const __m256 f = _mm256_blendv_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(__builtin_nanf("")),
+                                      _mm256_castsi256_ps(_mm256_cvtepi8_epi32(nan8)));
+    return _mm256_mul_ps(f, s);
+  }
+  static MX_INLINE __m256 scale(const Args& a, int64_t row, int64_t kb) {
+    const float* s = static_cast<const float*>(a.scales);
+    return _mm256_set1_ps((s ? s[(row >> 7) * a.scale_cols + kb] : 1.0f) * 256.0f);
+  }
+};
+
+// Calls f(i0, i1, sc) per column block of rows r0 .. r0+R (see the AVX-512 file).
+template <class L, int R, class F>
+MX_INLINE void col_blocks(const Args& a, int64_t r0, F&& f) {
+  __m256 sc[R];
+  if constexpr (L::kBlock == 0) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) sc[r] = _mm256_setzero_ps();
+    f(int64_t(0), a.in, sc);
+  } else {
+    for (int64_t i0 = 0, kb = 0; i0 < a.in; i0 += L::kBlock, ++kb) {
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) sc[r] = L::scale(a, r0 + r, kb);
+      f(i0, std::min(a.in, i0 + L::kBlock), sc);
+    }
+  }
+}
+
+// The one fixed reduction tree: 8 -> 4 -> 2 -> 1, halves added pairwise.
+inline float hsum(__m256 v) {
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+  return _mm_cvtss_f32(s1);
+}
+
+// y[t0 .. t0+TT, r0 .. r0+R): each output one accumulator, chunks in order.
+template <class L, int TT, int R>
+void dot_tile(const Args& a, int64_t t0, int64_t r0) {
+  using T = typename L::T;
+  const int64_t in = a.in;
+  const T* w = static_cast<const T*>(a.w) + r0 * in;
+  const float* x = a.x + t0 * in;
+  __m256 acc[TT][R];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
+
+  auto step = [&](const T* const* wp, const float* const* xp, const __m256* sc) __attribute__((always_inline)) {
+    __m256 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = L::load(wp[r], sc[r]);
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) {
+      const __m256 xv = _mm256_loadu_ps(xp[t]);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[t][r] = _mm256_fmadd_ps(wv[r], xv, acc[t][r]);
+    }
+  };
+  col_blocks<L, R>(a, r0, [&](int64_t i0, int64_t i1, const __m256* sc) __attribute__((always_inline)) {
+    int64_t i = i0;
+    for (; i + V <= i1; i += V) {
+      const T* wp[R];
+      const float* xp[TT];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) wp[r] = w + r * in + i;
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t) xp[t] = x + t * in + i;
+      step(wp, xp, sc);
+    }
+    if (i < i1) {
+      // The partial chunk goes through the same full-width FMA from zero-padded
+      // copies (AVX2 has no 16-bit masked load).
+      const size_t n = size_t(i1 - i);
+      alignas(32) T wt[R][V] = {};
+      alignas(32) float xt[TT][V] = {};
+      const T* wp[R];
+      const float* xp[TT];
+      for (int r = 0; r < R; ++r) {
+        std::memcpy(wt[r], w + r * in + i, n * sizeof(T));
+        wp[r] = wt[r];
+      }
+      for (int t = 0; t < TT; ++t) {
+        std::memcpy(xt[t], x + t * in + i, n * sizeof(float));
+        xp[t] = xt[t];
+      }
+      step(wp, xp, sc);
+    }
+  });
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
+}
+
+// GEMV is the plain 1-token tile (no software prefetch, unlike AVX-512: untuned,
+// no AVX2-only machine at hand).
+template <class L>
+struct Tiles {
+  template <int TT, int R>
+  static void tile(const Args& a, int64_t t0, int64_t r0) {
+    dot_tile<L, TT, R>(a, t0, r0);
+  }
+};
+
+// GEMM: TT x R accumulators + R weight vectors + 1 x vector <= 16 ymm.
+template <class L>
+struct FloatVariants {
+  // Small batches: 2 x 4 and 4 x 2 sub-tiles (8 accumulators).
+  static constexpr Gemv gemv[] = {
+      {8, dot_tile<L, 1, 8>, in_subtiles<dot_tile<L, 2, 4>, 4, 8>, in_subtiles<dot_tile<L, 4, 2>, 2, 8>},
+      {4, dot_tile<L, 1, 4>, dot_tile<L, 2, 4>, in_subtiles<dot_tile<L, 4, 2>, 2, 4>}};
+  static constexpr Gemm gemm[] = {gemm_of<Tiles<L>, 4, 3>(), gemm_of<Tiles<L>, 2, 4>()};
+  static DtypeKernels kernels() { return {nullptr, gemv, gemm}; }
+};
+
+// --- MXFP4 --------------------------------------------------------------------
+// As the AVX-512 kernels (see there), 8 blocks at a time: a half group of one row
+// is 128 packed bytes, four 32-byte loads of 2 blocks; lane k of load j holds block
+// 2j + k, and after the reduction int32 position 4k + j holds block 2j + k. The two
+// halves of a 16-block group go to two accumulators, so an output's 16 lanes are
+// (acc0, acc1), each in that order within its half (kOrder). Integer dot products:
+// AVX-VNNI vpdpbusd where the CPU has it (emitted by inline asm: this file is
+// compiled for plain AVX2), else vpmaddubsw + vpmaddwd (exact here: |2 products| <=
+// 2 * 24 * 127 fits int16, so nothing saturates). Both give the same integers.
+namespace mx4 {
+
+constexpr uint8_t kOrder[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+
+struct Half {
+  __m256i lo[4], hi[4];
+  __m256 ws;
+};
+
+MX_INLINE void load_half(const uint8_t* wp, const uint8_t* sp, Half& h) {
+  const __m256i lut = _mm256_broadcastsi128_si256(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m256i m0f = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * j));
+    h.lo[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m0f));
+    h.hi[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f));
+  }
+  __m128i e8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp));
+  e8 = _mm_shuffle_epi8(e8, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(kOrder)));
+  const __m256i e = _mm256_cvtepu8_epi32(e8);
+  __m256i bits = _mm256_slli_epi32(e, 23);
+  bits = _mm256_andnot_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()), bits);  // 2^-127 flushed
+  bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000),
+                            _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));  // NaN
+  h.ws = _mm256_castsi256_ps(bits);
+}
+
+template <bool Vnni>
+MX_INLINE __m256i pair_dot(__m256i lo, __m256i xe, __m256i hi, __m256i xo) {
+  if constexpr (Vnni) {
+    __m256i acc = _mm256_setzero_si256();
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(lo), "x"(xe));
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(hi), "x"(xo));
+    return acc;
+  } else {
+    const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+  }
+}
+
+// acc[p] = fma(float(d) * ws, s, acc[p]) for the 8 blocks of a half group; xq at
+// the half's first block.
+template <bool Vnni>
+MX_INLINE __m256 half_step(__m256 acc, const Half& h, const int8_t* xq, const float* xs,
+                           const int32_t* xsum) {
+  constexpr int kEven[4] = {0, 32, 128, 160};
+  __m256i p[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + kEven[j]));
+    const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + kEven[j] + 64));
+    p[j] = pair_dot<Vnni>(h.lo[j], e, h.hi[j], o);
+  }
+  const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
+  const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
+  const __m256i sums = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+  const __m256i d = _mm256_sub_epi32(sums, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum)));
+  return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d), h.ws), _mm256_loadu_ps(xs), acc);
+}
+
+template <bool Vnni, int TT, int R>
+void tile(const Args& a, int64_t t0, int64_t r0) {
+  const int64_t nb = a.in / 32, nh = (nb + 7) / 8, rb = a.in / 2;
+  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
+  const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
+  const QuantAct& qa = *a.qa;
+  const int8_t* xq = qa.q + t0 * qa.q_stride;
+  const float* xs = qa.s + t0 * qa.nbp;
+  const int32_t* xsum = qa.sum12 + t0 * qa.nbp;
+  __m256 acc[TT][R][2];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[t][r][0] = acc[t][r][1] = _mm256_setzero_ps();
+  for (int64_t hx = 0; hx < nh; ++hx) {
+    Half h[R];
+    const int64_t left = nb - hx * 8;  // blocks of this half present in the row
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* wr = w + r * rb + hx * 128;
+      const uint8_t* sr = sc + r * nb + hx * 8;
+      if (left >= 8) {
+        load_half(wr, sr, h[r]);
+      } else {  // zero-padded copies; padded blocks add +0 (x is zero there)
+        alignas(32) uint8_t wt[128] = {}, st[8] = {};
+        std::memcpy(wt, wr, size_t(left) * 16);
+        std::memcpy(st, sr, size_t(left));
+        load_half(wt, st, h[r]);
+      }
+    }
+    const int k = int(hx & 1);
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        acc[t][r][k] = half_step<Vnni>(acc[t][r][k], h[r], xq + t * qa.q_stride + hx * 256,
+                                       xs + t * qa.nbp + hx * 8, xsum + t * qa.nbp + hx * 8);
+  }
+  const __m256i unperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      // The AVX-512 tree's first step (lane l + lane l + 8), then the 8-lane tree.
+      const __m256 s8 = _mm256_add_ps(_mm256_permutevar8x32_ps(acc[t][r][0], unperm),
+                                      _mm256_permutevar8x32_ps(acc[t][r][1], unperm));
+      a.y[(t0 + t) * a.out + r0 + r] = hsum(s8);
+    }
+}
+
+template <bool Vnni>
+struct Tiles {
+  template <int TT, int R>
+  static void tile(const Args& a, int64_t t0, int64_t r0) {
+    mx4::tile<Vnni, TT, R>(a, t0, r0);
+  }
+};
+
+template <bool Vnni>
+struct Variants {
+  static constexpr Gemv gemv[] = {{4, tile<Vnni, 1, 4>}, {8, tile<Vnni, 1, 8>}};
+  static constexpr Gemm gemm[] = {gemm_of<Tiles<Vnni>, 4, 1>(), gemm_of<Tiles<Vnni>, 2, 2>()};
+  static DtypeKernels kernels() { return {nullptr, gemv, gemm, kOrder}; }
+};
+
+}  // namespace mx4
+
+}  // namespace
+
+Kernels avx2_kernels(bool avx_vnni) {
+  Kernels k;
+  k.f32 = FloatVariants<F32W>::kernels();
+  k.bf16 = FloatVariants<Bf16W>::kernels();
+  if (cpu_features().f16c) k.fp8 = FloatVariants<Fp8W>::kernels();
+  k.mxfp4 = avx_vnni ? mx4::Variants<true>::kernels() : mx4::Variants<false>::kernels();
+  return k;
+}
+
+}  // namespace mx::matmul_detail

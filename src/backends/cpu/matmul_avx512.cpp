@@ -1,0 +1,554 @@
+// AVX-512 matmul kernels (V = 16 lanes). Accumulation scheme: matmul_impl.h.
+
+// GCC 12's AVX-512 headers seed results with self-initialised "undefined" vectors
+// (GCC PR 105593), which -Wall reports as uninitialised at every inlined intrinsic.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <type_traits>
+
+#include "core/cpu_features.h"
+#include "backends/cpu/avx512_common.h"
+#include "backends/cpu/matmul_impl.h"
+
+namespace mx::matmul_detail {
+
+Kernels avx2_kernels(bool avx_vnni);
+
+namespace {
+
+using avx512::hsum;
+using avx512::V;
+
+// Weight loaders: a full chunk of 16, and a zero-padded partial chunk, as f32.
+// s is the chunk's block scale (F8_E4M3 only; ignored otherwise). kBlock: columns
+// per scale block (0: the weight has none).
+struct F32W {
+  using T = float;
+  static constexpr int64_t kBlock = 0;
+  static __m512 load(const float* p, __m512) { return _mm512_loadu_ps(p); }
+  static __m512 load_tail(const float* p, __mmask16 m, __m512) { return _mm512_maskz_loadu_ps(m, p); }
+};
+
+// bf16 -> f32 is exact: the bf16 bits are the high half of the f32.
+struct Bf16W {
+  using T = uint16_t;
+  static constexpr int64_t kBlock = 0;
+  static __m512 widen(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static __m512 load(const uint16_t* p, __m512) {
+    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 load_tail(const uint16_t* p, __mmask16 m, __m512) {
+    return widen(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+
+// F8_E4M3 -> f32 through f16, exactly: sign-extending the byte and shifting it left
+// by 7 puts S.EEEE.MMM at f16 bits 15, 13..10, 9..7 (bit 14, a copy of S, is
+// cleared), i.e. the e4m3 value times 2^-8, subnormals included; vcvtph2ps widens it
+// exactly. The 2^8 is folded into the block scale (s * 256, exact), so the weight is
+// fp8 * s rounded once, as dequantize_f32 computes it. 0x7f / 0xff become NaN.
+struct Fp8W {
+  using T = uint8_t;
+  static constexpr int64_t kBlock = 128;
+  static MX_INLINE __m512 cvt(__m128i b) {
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7),
+                                       _mm256_set1_epi16(int16_t(0xBFFF)));
+    const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_or_si128(b, _mm_set1_epi8(int8_t(0x80))),
+                                              _mm_set1_epi8(-1));
+    return _mm512_mask_mov_ps(_mm512_cvtph_ps(h), nan, _mm512_set1_ps(__builtin_nanf("")));
+  }
+  static MX_INLINE __m512 load(const uint8_t* p, __m512 s) {
+    return _mm512_mul_ps(cvt(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), s);
+  }
+  static MX_INLINE __m512 load_tail(const uint8_t* p, __mmask16 m, __m512 s) {
+    return _mm512_mul_ps(cvt(_mm_maskz_loadu_epi8(m, p)), s);
+  }
+  // Block scale of (row, column block kb), times 2^8 (see above).
+  static MX_INLINE __m512 scale(const Args& a, int64_t row, int64_t kb) {
+    const float* s = static_cast<const float*>(a.scales);
+    return _mm512_set1_ps((s ? s[(row >> 7) * a.scale_cols + kb] : 1.0f) * 256.0f);
+  }
+};
+
+// Calls f(i0, i1, sc) for each column block [i0, i1) of rows r0 .. r0+R, sc[r]
+// holding row r's scale for the block; one call over the whole row when the weight
+// has no block scales. 128 % V == 0, so only the last block has a partial chunk.
+template <class L, int R, class F>
+MX_INLINE void col_blocks(const Args& a, int64_t r0, F&& f) {
+  __m512 sc[R];
+  if constexpr (L::kBlock == 0) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) sc[r] = _mm512_setzero_ps();
+    f(int64_t(0), a.in, sc);
+  } else {
+    for (int64_t i0 = 0, kb = 0; i0 < a.in; i0 += L::kBlock, ++kb) {
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) sc[r] = L::scale(a, r0 + r, kb);
+      f(i0, std::min(a.in, i0 + L::kBlock), sc);
+    }
+  }
+}
+
+// y[t0 .. t0+TT, r0 .. r0+R): each output one accumulator, chunks in order. w: the
+// weights of row r0 (rows `in` elements apart).
+template <class L, int TT, int R>
+MX_INLINE void dot_tile_w(const Args& a, const typename L::T* w, int64_t t0, int64_t r0) {
+  const int64_t in = a.in;
+  const float* x = a.x + t0 * in;
+  __m512 acc[TT][R];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
+
+  auto step = [&](auto load_w, auto load_x) __attribute__((always_inline)) {
+    __m512 wv[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) wv[r] = load_w(r);
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) {
+      const __m512 xv = load_x(x + t * in);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
+    }
+  };
+  col_blocks<L, R>(a, r0, [&](int64_t i0, int64_t i1, const __m512* sc) __attribute__((always_inline)) {
+    int64_t i = i0;
+    for (; i + V <= i1; i += V)
+      step([&](int r) { return L::load(w + r * in + i, sc[r]); },
+           [&](const float* p) { return _mm512_loadu_ps(p + i); });
+    if (i < i1) {
+      const __mmask16 m = __mmask16((1u << (i1 - i)) - 1);
+      step([&](int r) { return L::load_tail(w + r * in + i, m, sc[r]); },
+           [&](const float* p) { return _mm512_maskz_loadu_ps(m, p + i); });
+    }
+  });
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
+}
+
+template <class L, int TT, int R>
+void dot_tile(const Args& a, int64_t t0, int64_t r0) {
+  dot_tile_w<L, TT, R>(a, static_cast<const typename L::T*>(a.w) + r0 * a.in, t0, r0);
+}
+
+// Decode GEMV tile: TT tokens (1, 2, 4), R rows, streaming the weights. Same
+// per-output operation sequence as dot_tile<L, TT, R>; it only adds software
+// prefetch, one per 64-byte line of each row, a.prefetch bytes ahead (the
+// registry's tuned distance; the hardware prefetcher alone falls short on bf16,
+// where each line takes twice the work).
+template <class L, int TT, int R>
+void stream_tile(const Args& a, int64_t t0, int64_t r0) {
+  using T = typename L::T;
+  constexpr int kStep = 64 / sizeof(T);  // elements per cache line
+  const int64_t ahead = a.prefetch / int64_t(sizeof(T));
+  const int64_t in = a.in;
+  const T* w = static_cast<const T*>(a.w) + r0 * in;
+  const float* x = a.x + t0 * in;
+  __m512 acc[TT][R];
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
+  // One chunk of V columns at i: R weight vectors, then every token's FMAs.
+  auto chunk = [&](int64_t i, const __m512* sc, auto load_w, auto load_x) __attribute__((always_inline)) {
+    __m512 wv[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) wv[r] = load_w(w + r * in + i, sc[r]);
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      const __m512 xv = load_x(x + t * in + i);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
+    }
+  };
+  auto full_w = [](const T* p, __m512 s) __attribute__((always_inline)) { return L::load(p, s); };
+  auto full_x = [](const float* p) __attribute__((always_inline)) { return _mm512_loadu_ps(p); };
+  col_blocks<L, R>(a, r0, [&](int64_t i0, int64_t i1, const __m512* sc) __attribute__((always_inline)) {
+    int64_t i = i0;
+    for (; i + kStep <= i1; i += kStep) {
+      if (ahead > 0) {
+        // Near the end of the rows, fetch the start of the next tile's rows instead
+        // (row r + R is R - 1 rows past row r + 1): +40% GB/s on 896-wide bf16 rows.
+        const T* pf = w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < kStep; c += V) chunk(i + c, sc, full_w, full_x);
+    }
+    for (; i + V <= i1; i += V) chunk(i, sc, full_w, full_x);
+    if (i < i1) {
+      const __mmask16 m = __mmask16((1u << (i1 - i)) - 1);
+      chunk(i, sc, [m](const T* p, __m512 s) __attribute__((always_inline)) { return L::load_tail(p, m, s); },
+            [m](const float* p) __attribute__((always_inline)) { return _mm512_maskz_loadu_ps(m, p); });
+    }
+  });
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
+}
+
+template <class L>
+struct Tiles {
+  template <int TT, int R>
+  static void tile(const Args& a, int64_t t0, int64_t r0) {
+    dot_tile<L, TT, R>(a, t0, r0);
+  }
+};
+
+// Tile variants (the first of each list is the default). GEMM: TT x R accumulators
+// + R weight vectors + 1 x vector <= 32 zmm.
+template <class L>
+struct FloatVariants {
+  // Small batches: 2 x 8 and 4 x 4 tiles (16 accumulators). 8 tokens run as two
+  // 4-token passes: the second finds the rows in L1, and 8 x 2 tiles measured
+  // 1.2-1.3x slower (two rows per prefetch stream are too few).
+  static constexpr Gemv gemv[] = {
+      {8, stream_tile<L, 1, 8>, stream_tile<L, 2, 8>, in_subtiles<stream_tile<L, 4, 4>, 4, 8>},
+      {4, stream_tile<L, 1, 4>, stream_tile<L, 2, 4>, stream_tile<L, 4, 4>}};
+  static constexpr Gemm gemm[] = {gemm_of<Tiles<L>, 4, 6>(), gemm_of<Tiles<L>, 8, 3>()};
+  static DtypeKernels kernels() { return {nullptr, gemv, gemm}; }
+};
+
+// --- F8_E4M3 -------------------------------------------------------------------
+// The F32 scheme over weights formed as fp8 * scale (Fp8W), converting 32 codes at a
+// time (one vpmovsxbw zmm): the same FMAs per output as dot_tile<Fp8W>, in the same
+// order. NaN codes are found with one compare per 32 codes and patched in on a
+// branch that real checkpoints never take. (GEMV and leftover rows convert on the
+// fly; GEMM tiles convert their rows once per chunk of tokens, below.)
+namespace fp8 {
+
+MX_INLINE void cvt32(const uint8_t* p, __m512 s, __m512& lo, __m512& hi) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m512i h = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(b), 7),
+                                     _mm512_set1_epi16(int16_t(0xBFFF)));
+  lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), s);
+  hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), s);
+  const __mmask32 nan = _mm256_cmpeq_epi8_mask(_mm256_or_si256(b, _mm256_set1_epi8(int8_t(0x80))),
+                                               _mm256_set1_epi8(-1));
+  if (__builtin_expect(nan != 0, 0)) {
+    const __m512 q = _mm512_set1_ps(__builtin_nanf(""));
+    lo = _mm512_mask_mov_ps(lo, __mmask16(nan), q);
+    hi = _mm512_mask_mov_ps(hi, __mmask16(nan >> 16), q);
+  }
+}
+
+// y[t0 .. t0+TT, r0 .. r0+R); PF: software prefetch a.prefetch bytes ahead on each
+// row, one per 64-byte line (the GEMV tile).
+template <int TT, int R, bool PF>
+void tile(const Args& a, int64_t t0, int64_t r0) {
+  const int64_t in = a.in;
+  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * in;
+  const float* x = a.x + t0 * in;
+  const int64_t ahead = PF ? a.prefetch : 0;
+  __m512 acc[TT][R];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
+  for (int64_t i0 = 0, kb = 0; i0 < in; i0 += 128, ++kb) {
+    const int64_t i1 = std::min(in, i0 + 128);
+    __m512 sc[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) sc[r] = Fp8W::scale(a, r0 + r, kb);
+    int64_t i = i0;
+    for (; i + 32 <= i1; i += 32) {
+      if (PF && ahead > 0 && !(i & 63)) {
+        const uint8_t* pf = w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
+      }
+      __m512 wv[R][2];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) cvt32(w + r * in + i, sc[r], wv[r][0], wv[r][1]);
+#pragma GCC unroll 2
+      for (int c = 0; c < 2; ++c)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; ++t) {
+          const __m512 xv = _mm512_loadu_ps(x + t * in + i + 16 * c);
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) acc[t][r] = _mm512_fmadd_ps(wv[r][c], xv, acc[t][r]);
+        }
+    }
+    // The row's last < 32 columns: one chunk of 16 and/or a masked partial chunk.
+    for (; i < i1; i += V) {
+      const __mmask16 m = i + V <= i1 ? __mmask16(0xFFFF) : __mmask16((1u << (i1 - i)) - 1);
+      __m512 wv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) wv[r] = Fp8W::load_tail(w + r * in + i, m, sc[r]);
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t) {
+        const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * in + i);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
+}
+
+// GEMM: the tile's R rows are converted once per chunk of tokens (prep) into f32
+// (fp8 * scale, the exact dequantized values) in a per-thread buffer, then the F32
+// tiles run on it: the same operations as the F32 matmul of the dequantized weight,
+// without converting each weight vector once per token tile.
+struct Rows {
+  Buffer buf;  // grow-only
+  float* get(size_t n) {
+    if (buf.size() < n * 4) buf = Buffer(std::max(n * 4, buf.size() * 3 / 2));
+    return static_cast<float*>(buf.data());
+  }
+};
+thread_local Rows t_rows;
+
+template <int R>
+void prep(const Args& a, int64_t, int64_t r0) {
+  const int64_t in = a.in;
+  float* dst = t_rows.get(size_t(R * in));
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* w = static_cast<const uint8_t*>(a.w) + (r0 + r) * in;
+    float* d = dst + r * in;
+    for (int64_t i0 = 0, kb = 0; i0 < in; i0 += 128, ++kb) {
+      const int64_t i1 = std::min(in, i0 + 128);
+      const __m512 sc = Fp8W::scale(a, r0 + r, kb);
+      int64_t i = i0;
+      for (; i + 32 <= i1; i += 32) {
+        __m512 lo, hi;
+        cvt32(w + i, sc, lo, hi);
+        _mm512_storeu_ps(d + i, lo);
+        _mm512_storeu_ps(d + i + 16, hi);
+      }
+      for (; i < i1; i += V) {
+        const __mmask16 m = i + V <= i1 ? __mmask16(0xFFFF) : __mmask16((1u << (i1 - i)) - 1);
+        _mm512_mask_storeu_ps(d + i, m, Fp8W::load_tail(w + i, m, sc));
+      }
+    }
+  }
+}
+
+template <int TT, int R>
+void on_rows(const Args& a, int64_t t0, int64_t r0) {
+  dot_tile_w<F32W, TT, R>(a, static_cast<const float*>(t_rows.buf.data()), t0, r0);
+}
+
+template <int TT, int R>
+constexpr Gemm gemm() {
+  return {TT, R, on_rows<TT, R>, on_rows<1, R>, tile<TT, 1, false>, tile<1, 1, false>, prep<R>};
+}
+
+// Small batches: sub-tiles of 4 rows (2 weight vectors per row + TT x 4 accumulators).
+constexpr Gemv kGemv[] = {{8, tile<1, 8, true>, in_subtiles<tile<2, 4, true>, 4, 8>, in_subtiles<tile<4, 4, true>, 4, 8>},
+                          {4, tile<1, 4, true>, tile<2, 4, true>, tile<4, 4, true>}};
+constexpr Gemm kGemm[] = {gemm<4, 6>(), gemm<8, 3>()};
+
+}  // namespace fp8
+
+// --- MXFP4 (VNNI) -------------------------------------------------------------
+// A 16-block group of one row is 256 packed bytes: four 64-byte loads of 4 blocks.
+// Nibbles -> u8 (2 * E2M1 value + 12) by vpshufb; activations are int8, so
+// vpdpbusd(u8 weights, s8 x) sums 4 products per int32 lane; the +12 offset is
+// removed per block with sum12 = 12 * sum(q). The 128-bit lane k of load j holds
+// block 4j + k (low nibbles: its even elements, high nibbles: its odd ones, which
+// is how QuantAct lays out q); after the 4 -> 1 lane reduction, int32 position
+// 4k + j holds block 4j + k. The accumulators keep that order (kMxOrder; QuantAct's
+// s and sum12 are stored in it, scale bytes are shuffled into it) and one permute
+// restores natural lane order before the tree (matmul_impl.h).
+namespace mx4 {
+
+constexpr uint8_t kOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+
+struct Group {
+  __m512i lo[4], hi[4];  // u8 weights: even / odd elements of blocks 4j .. 4j+3
+  __m512 ws;             // 2^(e - 127) per block, kOrder
+};
+
+template <bool Tail>
+MX_INLINE void load_group(const uint8_t* wp, const uint8_t* sp, int nblk, Group& g) {
+  const __m512i lut = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i m0f = _mm512_set1_epi8(0x0F);
+  if constexpr (Tail)
+    for (int j = 0; j < 4; ++j) g.lo[j] = g.hi[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    __m512i v;
+    if constexpr (Tail) {
+      // Loads past the row's last block are skipped (group_step skips them too).
+      const int nb = nblk - 4 * j;
+      if (nb <= 0) break;
+      const __mmask64 m = nb >= 4 ? ~__mmask64(0) : (__mmask64(1) << (16 * nb)) - 1;
+      v = _mm512_maskz_loadu_epi8(m, wp + 64 * j);
+    } else {
+      v = _mm512_loadu_si512(wp + 64 * j);
+    }
+    g.lo[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m0f));
+    g.hi[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f));
+  }
+  __m128i e8 = Tail ? _mm_maskz_loadu_epi8(__mmask16((1u << nblk) - 1), sp)
+                    : _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp));
+  e8 = _mm_shuffle_epi8(e8, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kOrder)));
+  __m512i bits = _mm512_slli_epi32(_mm512_cvtepu8_epi32(e8), 23);
+  bits = _mm512_mask_mov_epi32(bits, _mm_cmpeq_epi8_mask(e8, _mm_setzero_si128()),
+                               _mm512_setzero_si512());  // 2^-127 flushed (mx_scale)
+  bits = _mm512_mask_mov_epi32(bits, _mm_cmpeq_epi8_mask(e8, _mm_set1_epi8(-1)),
+                               _mm512_set1_epi32(0x7FC00000));  // NaN
+  g.ws = _mm512_castsi512_ps(bits);
+}
+
+// acc[p] = fma(float(d) * ws, s, acc[p]) for the 16 blocks of one group; nj: the
+// 4-block loads present (4 but in a row's last group).
+MX_INLINE __m512 group_step(__m512 acc, const Group& g, const int8_t* xq, const float* xs,
+                            const int32_t* xsum, int nj = 4) {
+  __m512i p[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    if (j >= nj) {
+      p[j] = _mm512_setzero_si512();
+      continue;
+    }
+    const __m512i e = _mm512_loadu_si512(xq + 128 * j), o = _mm512_loadu_si512(xq + 128 * j + 64);
+    p[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), g.lo[j], e), g.hi[j], o);
+  }
+  const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+  const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+  const __m512i sums = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+  const __m512i d = _mm512_sub_epi32(sums, _mm512_loadu_si512(xsum));
+  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), g.ws), _mm512_loadu_ps(xs), acc);
+}
+
+// y[t0 .. t0+TT, r0 .. r0+R); PF: software prefetch a.prefetch bytes ahead on each
+// row (the GEMV tile).
+template <int TT, int R, bool PF>
+void tile(const Args& a, int64_t t0, int64_t r0) {
+  const int64_t nb = a.in / 32, ng = nb / 16, rb = a.in / 2;
+  const int tail = int(nb % 16);
+  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
+  const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
+  const QuantAct& qa = *a.qa;
+  const int8_t* xq = qa.q + t0 * qa.q_stride;
+  const float* xs = qa.s + t0 * qa.nbp;
+  const int32_t* xsum = qa.sum12 + t0 * qa.nbp;
+  const int64_t ahead = a.prefetch;
+  if (PF && ahead > 0)  // the next tile's scales (small, and a separate stream)
+    for (int64_t off = 0; off < R * nb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(sc + R * nb + off), _MM_HINT_T0);
+  __m512 acc[TT][R];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
+  auto group = [&](int64_t G, auto tail_tag) __attribute__((always_inline)) {
+    constexpr bool Tail = decltype(tail_tag)::value;
+    Group g[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* wr = w + r * rb + G * 256;
+      if (PF && ahead > 0) {
+        const uint8_t* pf = wr + ahead + (G * 256 + ahead < rb ? 0 : (R - 1) * rb);
+#pragma GCC unroll 4
+        for (int c = 0; c < 256; c += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + c), _MM_HINT_T0);
+      }
+      load_group<Tail>(wr, sc + r * nb + G * 16, tail, g[r]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        acc[t][r] = group_step(acc[t][r], g[r], xq + t * qa.q_stride + G * 512,
+                               xs + t * qa.nbp + G * 16, xsum + t * qa.nbp + G * 16,
+                               Tail ? (tail + 3) / 4 : 4);
+  };
+  for (int64_t G = 0; G < ng; ++G) group(G, std::false_type{});
+  if (tail) group(ng, std::true_type{});
+  const __m512i unperm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kOrder)));
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      a.y[(t0 + t) * a.out + r0 + r] = hsum(_mm512_permutexvar_ps(unperm, acc[t][r]));
+}
+
+struct Tiles {
+  template <int TT, int R>
+  static void tile(const Args& a, int64_t t0, int64_t r0) {
+    mx4::tile<TT, R, false>(a, t0, r0);
+  }
+};
+
+// The activation quantizer of matmul.cpp (quantize_row_mx), 16 lanes wide: the
+// same max (exact), divisions, products and round-to-nearest-even conversions.
+void quantize_row(const float* x, int64_t in, int64_t nbp, const uint8_t* inv_order, int8_t* q,
+                  float* s, int32_t* sum12) {
+  const int64_t nb = in / 32;
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 fmax = _mm512_set1_ps(3.40282347e38f);
+  const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t b = 0; b < nbp; ++b) {
+    const int64_t pos = (b & ~int64_t(15)) + inv_order[b & 15];
+    int8_t* ev = q + (b >> 2) * 128 + (b & 3) * 16;
+    int8_t* od = ev + 64;
+    if (b >= nb) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(ev), _mm_setzero_si128());
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(od), _mm_setzero_si128());
+      s[pos] = 0.0f;
+      sum12[pos] = 0;
+      continue;
+    }
+    const __m512 a0 = _mm512_loadu_ps(x + b * 32), a1 = _mm512_loadu_ps(x + b * 32 + 16);
+    const __m512 v0 = _mm512_and_ps(a0, absmask), v1 = _mm512_and_ps(a1, absmask);
+    const bool bad = (_mm512_cmp_ps_mask(v0, fmax, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(v1, fmax, _CMP_NLE_UQ)) != 0;
+    const float amax = bad ? 0.0f : _mm512_reduce_max_ps(_mm512_max_ps(v0, v1));
+    if (bad || amax == 0.0f) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(ev), _mm_setzero_si128());
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(od), _mm_setzero_si128());
+      s[pos] = bad ? __builtin_nanf("") : 0.0f;
+      sum12[pos] = 0;
+      continue;
+    }
+    const __m512 vinv = _mm512_set1_ps(127.0f / amax);
+    s[pos] = amax / 127.0f * 0.5f;
+    const __m512i qe = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutex2var_ps(a0, ie, a1), vinv));
+    const __m512i qo = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutex2var_ps(a0, io, a1), vinv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(ev), _mm512_cvtsepi32_epi8(qe));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(od), _mm512_cvtsepi32_epi8(qo));
+    sum12[pos] = 12 * _mm512_reduce_add_epi32(_mm512_add_epi32(qe, qo));
+  }
+}
+
+// GEMM: the R rows' unpacked groups (9 zmm each) stay in registers across TT tokens.
+// Small batches: sub-tiles of 2 rows (9 zmm of unpacked weights per row + TT x 2
+// accumulators), 1 row for 8 tokens (unpacking once for all 8 is what counts here).
+constexpr Gemv kGemv[] = {{8, tile<1, 8, true>, in_subtiles<tile<2, 2, true>, 2, 8>, in_subtiles<tile<4, 2, true>, 2, 8>,
+                           in_subtiles<tile<8, 1, true>, 1, 8>},
+                          {4, tile<1, 4, true>, in_subtiles<tile<2, 2, true>, 2, 4>, in_subtiles<tile<4, 2, true>, 2, 4>,
+                           in_subtiles<tile<8, 1, true>, 1, 4>}};
+constexpr Gemm kGemm[] = {gemm_of<Tiles, 4, 2>(), gemm_of<Tiles, 8, 1>(), gemm_of<Tiles, 8, 2>(), gemm_of<Tiles, 4, 1>()};
+
+}  // namespace mx4
+
+}  // namespace
+
+Kernels avx512_kernels() {
+  Kernels k;
+  k.f32 = FloatVariants<F32W>::kernels();
+  k.bf16 = FloatVariants<Bf16W>::kernels();
+  if (cpu_features().avx512bf16) k.bf16_dot = avx512_bf16dot_kernels();
+  k.fp8 = {nullptr, fp8::kGemv, fp8::kGemm};
+  if (cpu_features().avx512vnni) k.mxfp4 = {nullptr, mx4::kGemv, mx4::kGemm, mx4::kOrder, mx4::quantize_row};
+  else k.mxfp4 = avx2_kernels(cpu_features().avx_vnni).mxfp4;
+  return k;
+}
+
+}  // namespace mx::matmul_detail

@@ -1,0 +1,275 @@
+#pragma once
+// Private interface between the matmul dispatcher (matmul.cpp) and the per-ISA
+// kernels (matmul.cpp scalar, matmul_avx2.cpp, matmul_avx512.cpp).
+//
+// Accumulation scheme (the batch-invariance argument; see matmul.h):
+//
+// F32 / BF16 / F8_E4M3 weights:
+//   Each ISA has a vector width V (scalar 8 "lanes" in an array, AVX2 8, AVX-512 16).
+//   Every output y[t,o] owns exactly ONE V-lane accumulator, starting at +0.
+//   For k = 0, 1, ... over the full V-element chunks of the row, in increasing k:
+//       acc = fma(W[o, kV .. kV+V), x[t, kV .. kV+V), acc)
+//   The final partial chunk (in % V elements) is loaded zero-padded (masked load or
+//   a padded copy) and applied with one more identical FMA; padded lanes add
+//   0*0 = +0, which leaves any accumulator that is reachable from +0 unchanged.
+//   The accumulator is then reduced to a float by one fixed pairwise tree per ISA
+//   (hsum in each kernel file: lane l + lane l + V/2, recursively).
+//   Scalar: acc[l] += w * x (separate multiply and add: the baseline ISA has no FMA),
+//   the partial chunk just skips the missing lanes, and the tree is AVX2's.
+//   F8_E4M3: W[o, i] is formed in f32 as fp8_to_f32(w) * scale[o/128][i/128], one
+//   rounding, exactly as quant/dequantize.cpp does (the block scale is applied to
+//   each 128-column block of weights, once per weight vector, before the FMAs), so
+//   an FP8 matmul is bitwise the F32 matmul of the dequantized weight on each ISA.
+//
+// BF16 weights with bf16 activations (AVX512-BF16 CPUs, when the call asks for
+// them: matmul.h, Bf16Act; matmul_bf16dot_avx512.cpp):
+//   The activations are rounded to bf16 once per call, per token row (round to
+//   nearest even, as vcvtne2ps2bf16 does: denormals flushed to zero), zero-padded
+//   to a multiple of 32. Every output owns one 16-lane accumulator starting at +0;
+//   for each 32-element chunk k of the row, in increasing k, one vdpbf16ps adds
+//   W[o, 32k + 2l] * x[32k + 2l] + W[o, 32k + 2l + 1] * x[32k + 2l + 1] to lane l
+//   (the instruction's own fixed rounding: DAZ, FTZ, round to nearest even; the
+//   products of two bf16 are exact in f32). The last partial chunk loads the
+//   weights masked (zeros) against the zero padding. Then the AVX-512 tree. The
+//   GEMV and GEMM tiles issue exactly this sequence per output, so the contract
+//   holds; what changes against the f32-activation kernels is the value of the
+//   product (x rounded to 8 significant bits), which matmul_bf16_activations()
+//   reports so callers and tests know which product they get.
+//
+// MXFP4 weights (int8 dot products, identical bits on every ISA):
+//   Activations are quantized per token row, per 32-block b: s_b = amax_b / 127,
+//   q_i = round_nearest_even(x_i * (127 / amax_b)) (int8, |q| <= 127); all-zero
+//   block: s = 0, q = 0; a block holding inf/NaN: s = NaN, q = 0.
+//   Weights: E2M1 code -> 2 * value as an integer (0, +-1, +-2, +-3, +-4, +-6, +-8,
+//   +-12), scale byte e -> 2^(e - 127) (NaN for 0xFF; 0, i.e. 2^-127, is flushed to 0:
+//   see mx_scale), so the block's factor is 2^(e-127) * (s_b / 2) = 2^(e-128) * s_b.
+//   d_b = sum_i (2 w_i) q_i is an exact integer (|d_b| <= 32 * 12 * 127), so the
+//   lane layout of the integer dot product cannot matter. Each output owns 16 f32
+//   lanes starting at +0; block b goes to lane b % 16, in increasing b:
+//       acc[b % 16] = fma(float(d_b) * 2^(e_b - 127), s_b / 2, acc[b % 16])
+//   (float(d_b) * 2^k is exact), then the 16 lanes are reduced by the AVX-512 tree
+//   (l + l+8, l + l+4, l + l+2, l + l+1). Scalar, AVX2 and AVX-512 all perform
+//   exactly these IEEE operations (the SIMD kernels hold the lanes permuted within
+//   each 16-block group and undo the permutation before the tree), and the
+//   activation quantizer is shared, so MXFP4 results are bitwise identical across
+//   ISAs. Blocks past the end of a row (the row is padded to 16 blocks) add +0.
+//
+// Tiles: a kernel tile computes several outputs at once (several rows and/or
+//   tokens), but each output still sees exactly its own sequence of operations, so
+//   the tile shape (the KernelConfig the registry picks), the tile an output lands
+//   in, n_tokens and the thread split (always by output row) cannot change its
+//   bits. Only explicit intrinsics are used for the float math in the SIMD files,
+//   so compiler FMA contraction cannot make one code path differ from another.
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <span>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "backends/registry.h"
+
+namespace mx::matmul_detail {
+
+// MXFP4 activations, quantized once per matmul call (see above). Per token:
+// q holds 32 int8 per block, grouped by 4 blocks: [evens of blocks 4g..4g+3 (16 each)
+// | odds of those 4 blocks], matching the weights' low/high nibbles; blocks are
+// padded to a multiple of 16 (q = 0, s = 0, sum12 = 0). s (= s_b / 2) and sum12
+// (= 12 * sum q over the block) are stored per 16-block group in the kernel's lane
+// order: position p of group G holds block 16 G + order[p] (DtypeKernels::mx_order).
+struct QuantAct {
+  const int8_t* q = nullptr;   // [n_tokens][q_stride]
+  const float* s = nullptr;    // [n_tokens][nbp]
+  const int32_t* sum12 = nullptr;  // [n_tokens][nbp]
+  int64_t nbp = 0;             // blocks per row, padded to a multiple of 16
+  int64_t q_stride = 0;        // bytes per token row of q (nbp * 32)
+};
+
+struct Args {
+  float* y;        // [n_tokens, out]
+  const float* x;  // [n_tokens, in]
+  const void* w;   // [out, in]: F32, BF16, F8_E4M3 bytes, or MXFP4 packed [out, in/2]
+  int64_t n_tokens, out, in;
+  const void* scales = nullptr;  // MXFP4: E8M0 [out, in/32]; F8_E4M3: f32 blocks or null
+  int64_t scale_cols = 0;        // F8_E4M3: ceil(in / 128)
+  const QuantAct* qa = nullptr;  // MXFP4 activations
+  int64_t x_row_bytes = 0;       // bytes of one token's activations as the kernel reads them
+  int64_t chunk_bytes = 256 << 10;  // GEMM: activations kept in cache per chunk of tokens
+  int64_t rowblock_bytes = 0;       // GEMM: weights kept in L2 per block of rows (0: all)
+  int64_t w_row_bytes = 0;          // bytes of one weight row, scales included
+  int prefetch = 0;              // GEMV prefetch distance, bytes per row
+  const uint16_t* xb = nullptr;  // bf16 activations [n_tokens][xb_stride] (DtypeKernels::bf16_act)
+  int64_t xb_stride = 0;         // elements per token row: `in` rounded up to 32, zero-padded
+};
+
+// Computes y[t, o] for all t and o in [r0, r1).
+using RowsFn = void (*)(const Args& a, int64_t r0, int64_t r1);
+// Computes one tile, starting at token t0 and row r0.
+using TileFn = void (*)(const Args& a, int64_t t0, int64_t r0);
+
+struct Gemv {
+  int rows;
+  TileFn fn;  // 1 token x `rows` rows
+  // Small batches (speculative verification, a few sequences decoding): 2, 4 or
+  // 8 tokens x `rows` rows, streaming each weight row once for all of them (null:
+  // the smaller tiles). Each output sees the 1-token tile's operations.
+  TileFn fn2 = nullptr, fn4 = nullptr, fn8 = nullptr;
+};
+
+// Tokens up to which a call streams its weights through the GEMV tiles (fn8 / fn4
+// / fn2 / fn) rather than the GEMM's cache blocking: what a decode step of a few
+// sequences, or a verification of a few drafted tokens, has.
+constexpr int64_t kSmallBatch = 8;
+
+// ROWS rows as ROWS / RS sub-tiles of RS rows (fewer accumulators than registers):
+// the sub-tile's rows are consecutive, so its "next tile" prefetch runs into the
+// next sub-tile.
+template <TileFn Sub, int RS, int ROWS>
+void in_subtiles(const Args& a, int64_t t0, int64_t r0) {
+  static_assert(ROWS % RS == 0);
+  for (int r = 0; r < ROWS; r += RS) Sub(a, t0, r0 + r);
+}
+struct Gemm {
+  int tokens, rows;
+  TileFn full, tok1, row1, one;  // tokens x rows, 1 x rows, tokens x 1, 1 x 1
+  // Optional: called on the calling thread before full / tok1 run over a block of
+  // `rows` rows starting at r0 (for a chunk of tokens), e.g. to unpack those rows once.
+  TileFn prep = nullptr;
+};
+
+// Quantizes one token row of activations for the MXFP4 kernels (QuantAct layout);
+// inv_order[b] is block b's lane position within its 16-block group. Every ISA's
+// version performs the same IEEE operations (matmul_impl.h), so the same bits.
+using MxQuantRowFn = void (*)(const float* x, int64_t in, int64_t nbp, const uint8_t* inv_order,
+                              int8_t* q, float* s, int32_t* sum12);
+// Rounds one token row of activations to bf16 into dst[stride] (zero-padded past in).
+using Bf16RowFn = void (*)(const float* x, int64_t in, int64_t stride, uint16_t* dst);
+
+// The kernels of one weight dtype on one ISA: either a plain RowsFn (scalar, no
+// tunables) or tile variants a KernelConfig chooses between. Element 0 of each
+// list is the kernel's own default.
+struct DtypeKernels {
+  RowsFn rows = nullptr;
+  std::span<const Gemv> gemv;
+  std::span<const Gemm> gemm;
+  // MXFP4 only: lane position p of a 16-block group holds block order[p] (null:
+  // natural order); the activation quantizer stores s and sum12 in this order.
+  const uint8_t* mx_order = nullptr;
+  MxQuantRowFn mx_quant = nullptr;  // MXFP4 only; null: the portable (SSE2) quantizer
+  // BF16 only: the kernels read bf16 activations (Args::xb), made by this per row.
+  Bf16RowFn bf16_act = nullptr;
+  bool ok() const { return rows || (!gemv.empty() && !gemm.empty()); }
+};
+
+struct Kernels {
+  DtypeKernels f32, bf16, mxfp4, fp8;
+  DtypeKernels bf16_dot;  // BF16 weights x bf16 activations; !ok() where the CPU has none
+};
+
+// Tiles chosen for one call.
+struct Plan {
+  const Gemv* gemv;
+  const Gemm* gemm;
+  int64_t row_block;  // the thread split aligns to it
+};
+
+inline Plan make_plan(const DtypeKernels& k, const KernelConfig& c) {
+  Plan p{&k.gemv[0], &k.gemm[0], 1};
+  for (const Gemv& g : k.gemv)
+    if (g.rows == c.gemv_rows) p.gemv = &g;
+  for (const Gemm& g : k.gemm)
+    if (g.tokens == c.tile_tokens && g.rows == c.tile_rows) p.gemm = &g;
+  p.row_block = std::lcm<int64_t>(p.gemv->rows, p.gemm->rows);
+  return p;
+}
+
+// The loop nest shared by the SIMD kernels, over rows [r0, r1) and all tokens.
+// Tiles only group outputs (see above), so the loop order is free to follow the caches.
+inline void drive_rows(const Args& a, const Plan& p, int64_t r0, int64_t r1) {
+  const int64_t n = a.n_tokens;
+  const Gemm& g = *p.gemm;
+  int64_t r = r0;
+  const Gemv& v = *p.gemv;
+  if (n < g.tokens || (n <= kSmallBatch && v.fn4)) {
+    // Decode: stream each block of weight rows once, for up to 8 tokens at a time;
+    // it stays in L1/L2 across the rest.
+    for (; r + v.rows <= r1; r += v.rows) {
+      int64_t t = 0;
+      if (v.fn8)
+        for (; t + 8 <= n; t += 8) v.fn8(a, t, r);
+      if (v.fn4)
+        for (; t + 4 <= n; t += 4) v.fn4(a, t, r);
+      if (v.fn2)
+        for (; t + 2 <= n; t += 2) v.fn2(a, t, r);
+      for (; t < n; ++t) v.fn(a, t, r);
+    }
+  } else {
+    // Prefill: tokens in chunks whose activations (a.chunk_bytes) stay in cache
+    // while every row block of this range streams past them; without this, long
+    // batches re-read x from DRAM once per row block (measured: 2x slower at 1024
+    // tokens x 4864). A multiple of g.tokens, so only the last chunk has a partial tile.
+    const int64_t chunk = std::max<int64_t>(
+        g.tokens, a.chunk_bytes / std::max<int64_t>(a.x_row_bytes, 1) / g.tokens * g.tokens);
+    const int64_t r_full = r0 + (r1 - r0) / g.rows * g.rows;
+    // With an L1-sized token chunk, rows go in blocks of ~a.rowblock_bytes of weights
+    // that stay in L2 while every chunk passes (else each chunk re-reads all of this
+    // range's weights from L3 or DRAM).
+    const int64_t rows_blk =
+        a.rowblock_bytes > 0
+            ? std::max<int64_t>(g.rows, a.rowblock_bytes / std::max<int64_t>(a.w_row_bytes, 1) / g.rows * g.rows)
+            : std::max<int64_t>(r_full - r0, 1);
+    for (int64_t b0 = r0; b0 < r_full; b0 += rows_blk) {
+      const int64_t b1 = std::min(r_full, b0 + rows_blk);
+      for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+        const int64_t c1 = std::min(n, c0 + chunk);
+        for (r = b0; r < b1; r += g.rows) {
+          if (g.prep) g.prep(a, c0, r);
+          int64_t t = c0;
+          for (; t + g.tokens <= c1; t += g.tokens) g.full(a, t, r);
+          for (; t < c1; ++t) g.tok1(a, t, r);
+        }
+      }
+    }
+    r = r_full;
+  }
+  // Rows left over by the block shape: one row at a time.
+  for (; r < r1; ++r) {
+    int64_t t = 0;
+    for (; t + g.tokens <= n; t += g.tokens) g.row1(a, t, r);
+    for (; t < n; ++t) g.one(a, t, r);
+  }
+}
+
+// Gemm entry of a policy P with P::template tile<TT, R>(a, t0, r0).
+template <class P, int TT, int R>
+constexpr Gemm gemm_of() {
+  return {TT, R, &P::template tile<TT, R>, &P::template tile<1, R>, &P::template tile<TT, 1>,
+          &P::template tile<1, 1>};
+}
+
+Kernels scalar_kernels();
+Kernels avx2_kernels(bool avx_vnni);  // avx_vnni: use AVX-VNNI for the MXFP4 int8 dots
+Kernels avx512_kernels();  // MXFP4 needs AVX512-VNNI, else it takes AVX2's
+// The BF16 kernels over bf16 activations (needs AVX512-BF16).
+DtypeKernels avx512_bf16dot_kernels();
+
+// MXFP4 weight scale byte -> 2^(e-127), 0xFF -> NaN, and 0 (2^-127, a subnormal) -> 0:
+// the scalar form of what every kernel computes. Flushing costs nothing numerically
+// (such a block's values are below 2^-124) and keeps subnormal operands, which take
+// a slow path on some CPUs (measured 2x here), out of the kernels: scale bytes past a
+// row's end are 0 as well.
+inline float mx_scale(uint8_t e) {
+  const uint32_t bits = e == 0 ? 0u : e == 0xFF ? 0x7FC00000u : uint32_t(e) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Runs one matmul with explicit kernels and config (the dispatcher's core; tests
+// use it to reach kernel variants the dispatcher would not pick on this CPU).
+// bf16_act: BF16 weights take k.bf16_dot (bf16 activations) when it exists.
+void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w,
+                 int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg, bool bf16_act = false);
+
+}  // namespace mx::matmul_detail

@@ -1,0 +1,64 @@
+#include "tokenizer/model_tokenizer.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "formats/gguf_model.h"
+#include "formats/llama2c.h"
+#include "tokenizer/llama2c_tokenizer.h"
+
+namespace mx {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& p) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) fail("--tokenizer {}: not a file", p);
+  if (is_gguf_file(p)) {
+    GgufFile g(p);
+    if (!g.has("tokenizer.ggml.model")) fail("--tokenizer {}: the GGUF has no tokenizer.ggml.* metadata", p);
+    return load_tokenizer_gguf(g);
+  }
+  if (looks_like_llama2c_tokenizer(p)) return load_tokenizer_llama2c(p);
+  if (fs::path(p).extension() == ".json") return load_tokenizer_hf(p);
+  fail("--tokenizer {}: neither a tokenizer.json, a GGUF nor a llama2.c tokenizer file", p);
+}
+
+}  // namespace
+
+ModelTokenizer load_model_tokenizer(const std::string& model, const std::string& flag) {
+  ModelTokenizer r;
+  std::error_code ec;
+  if (!flag.empty()) {
+    r.path = flag;
+  } else if (fs::is_directory(model, ec)) {
+    if (fs::is_regular_file(fs::path(model) / "tokenizer.json", ec)) r.path = (fs::path(model) / "tokenizer.json").string();
+  } else if (is_gguf_file(model)) {
+    GgufFile g(model);
+    if (g.has("tokenizer.ggml.model")) {
+      r.tokenizer = load_tokenizer_gguf(g);  // a GGUF carries its own tokenizer
+      r.path = model;
+    }
+    return r;
+  } else if (fs::is_regular_file(model, ec) && looks_like_llama2c(model)) {
+    if (auto p = find_llama2c_tokenizer(model, llama2c_vocab_size(model))) {
+      r.tokenizer = load_tokenizer_llama2c(*p);
+      r.path = *p;
+    }
+    return r;
+  }
+  if (!r.path.empty()) r.tokenizer = load_tokenizer_file(r.path);
+  return r;
+}
+
+void ModelTokenizer::check_fits(int model_vocab_size) const {
+  if (tokenizer)
+    MX_CHECK(tokenizer->vocab_size <= size_t(model_vocab_size),
+             "the tokenizer {} ({} tokens) does not fit the model's vocabulary of {}", path, tokenizer->vocab_size,
+             model_vocab_size);
+}
+
+}  // namespace mx

@@ -1,0 +1,441 @@
+// Quantized matmul kernels: MXFP4 (int8 activations x E2M1 weights) and block FP8,
+// on every ISA path, against double references; the batch-invariance contract; and
+// MXFP4's stronger property that every ISA gives the same bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "backends/cpu/matmul.h"
+#include "backends/cpu/matmul_impl.h"
+#include "quant/dequantize.h"
+#include "quant/mxfp4.h"
+
+namespace {
+
+using namespace mx;
+
+ThreadPool& pool1() {
+  static ThreadPool p(1);
+  return p;
+}
+ThreadPool& pool2() {
+  static ThreadPool p(2);
+  return p;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> v{Isa::Scalar};
+  const CpuFeatures& f = cpu_features();
+  if (f.avx2 && f.fma) v.push_back(Isa::Avx2);
+  if (f.avx512f && f.avx512bw && f.avx512vl) v.push_back(Isa::Avx512);
+  return v;
+}
+
+// A kernel path: an ISA, or AVX2 with its non-VNNI integer dot (not what the
+// dispatcher picks on a CPU with AVX-VNNI, so reached through run_kernels).
+struct Path {
+  std::string name;
+  Isa isa;
+  bool avx2_no_vnni = false;
+};
+
+std::vector<Path> mx_paths() {
+  std::vector<Path> v;
+  for (Isa isa : supported_isas()) {
+    v.push_back({isa_name(isa), isa});
+    if (isa == Isa::Avx2) v.push_back({"avx2-maddubs", isa, true});
+  }
+  return v;
+}
+
+void run_path(const Path& p, float* y, const float* x, const Tensor& w, int64_t n, ThreadPool& pool) {
+  if (p.avx2_no_vnni) {
+    static const matmul_detail::Kernels k = matmul_detail::avx2_kernels(false);
+    matmul_detail::run_kernels(k, Isa::Avx2, y, x, w, n, pool, nullptr);
+  } else {
+    matmul_isa(p.isa, y, x, w, n, pool);
+  }
+}
+
+std::vector<float> gaussian(size_t n, std::mt19937& rng, float sd = 1.0f) {
+  std::normal_distribution<float> g(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& f : v) f = g(rng);
+  return v;
+}
+
+// --- MXFP4 ---------------------------------------------------------------------
+
+struct MxWeights {
+  int64_t out, in;
+  std::vector<uint8_t> packed, scales;
+  std::vector<float> deq;  // dequantize_row of the above
+  Tensor tensor() {
+    Tensor t(DType::MXFP4, {out, in}, packed.data());
+    t.scales = scales.data();
+    return t;
+  }
+};
+
+// Quantized from Gaussian rows (realistic codes), some rows with raw random codes
+// and scale bytes (every code, scales over a wide range).
+MxWeights make_mx(int64_t out, int64_t in, std::mt19937& rng) {
+  MxWeights w{out, in, std::vector<uint8_t>(size_t(out * in / 2)), std::vector<uint8_t>(size_t(out * in / 32)), {}};
+  std::uniform_int_distribution<int> byte(0, 255), sc(100, 150);
+  for (int64_t o = 0; o < out; ++o) {
+    uint8_t* p = w.packed.data() + o * in / 2;
+    uint8_t* s = w.scales.data() + o * in / 32;
+    if (o % 3 == 2) {
+      for (int64_t j = 0; j < in / 2; ++j) p[j] = uint8_t(byte(rng));
+      for (int64_t b = 0; b < in / 32; ++b) s[b] = uint8_t(sc(rng));
+    } else {
+      std::vector<float> row = gaussian(size_t(in), rng, 0.02f);
+      mxfp4::quantize_row(row.data(), in, p, s, mxfp4::ScaleRule::Spec);
+    }
+  }
+  w.deq.resize(size_t(out * in));
+  for (int64_t o = 0; o < out; ++o)
+    mxfp4::dequantize_row(w.packed.data() + o * in / 2, w.scales.data() + o * in / 32, in,
+                          w.deq.data() + o * in);
+  return w;
+}
+
+// The activation quantization the kernels document (matmul_impl.h), written out
+// independently: per 32-block s = amax / 127, q = round_half_even(x * (127 / amax)).
+void quantize_act_ref(const float* x, int64_t in, std::vector<double>& xq, std::vector<double>& amax) {
+  xq.assign(size_t(in), 0.0);
+  amax.assign(size_t(in / 32), 0.0);
+  for (int64_t b = 0; b < in / 32; ++b) {
+    float m = 0;
+    for (int i = 0; i < 32; ++i) m = std::max(m, std::fabs(x[b * 32 + i]));
+    amax[b] = m;
+    if (m == 0) continue;
+    const float inv = 127.0f / m, s = m / 127.0f;
+    for (int i = 0; i < 32; ++i) {
+      const float q = std::nearbyint(x[b * 32 + i] * inv);
+      EXPECT_LE(std::fabs(q), 127.0f);
+      xq[size_t(b * 32 + i)] = double(q) * double(s);
+    }
+  }
+}
+
+// Checks y (n x out) against (a) the double product of the dequantized weights and
+// the int8-quantized activations: only float accumulation error remains; (b) the
+// product with the unquantized activations, within the activation-quantization
+// error bound sum_b (amax_b / 254) sum_i |w_i|.
+void check_mx_reference(const std::vector<float>& y, const std::vector<float>& x, const MxWeights& w,
+                        int64_t n, const std::string& what, double* max_rel = nullptr) {
+  std::vector<double> xq, amax;
+  for (int64_t t = 0; t < n; ++t) {
+    quantize_act_ref(x.data() + t * w.in, w.in, xq, amax);
+    for (int64_t o = 0; o < w.out; ++o) {
+      const float* wr = w.deq.data() + o * w.in;
+      double ref = 0, mag = 0, exact = 0, qbound = 0;
+      for (int64_t b = 0; b < w.in / 32; ++b) {
+        double blk = 0, wabs = 0;
+        for (int i = 0; i < 32; ++i) {
+          const int64_t k = b * 32 + i;
+          blk += double(wr[k]) * xq[size_t(k)];
+          exact += double(wr[k]) * double(x[size_t(t * w.in + k)]);
+          wabs += std::fabs(double(wr[k]));
+        }
+        ref += blk;
+        mag += std::fabs(blk);
+        qbound += amax[size_t(b)] / 254.0 * 1.0001 * wabs;
+      }
+      const double got = y[size_t(t * w.out + o)];
+      ASSERT_NEAR(got, ref, 2e-6 * mag + 1e-30) << what << " t=" << t << " o=" << o;
+      ASSERT_NEAR(got, exact, qbound + 2e-6 * mag + 1e-30) << what << " t=" << t << " o=" << o << " (vs f32 x)";
+      if (max_rel && mag > 0) *max_rel = std::max(*max_rel, std::fabs(got - ref) / mag);
+    }
+  }
+}
+
+// The configs to try for bit-identity: every tile shape, prefetch off and on.
+std::vector<KernelConfig> configs(Isa isa, DType dt) {
+  std::vector<KernelConfig> v = matmul_candidates(isa, dt);
+  const int pf = v.empty() ? 0 : v[0].prefetch;
+  std::erase_if(v, [&](const KernelConfig& c) { return c.prefetch != 0 && c.prefetch != pf; });
+  return v;
+}
+
+std::string label(const std::string& path, int64_t out, int64_t in, int64_t n) {
+  return path + " out=" + std::to_string(out) + " in=" + std::to_string(in) + " n=" + std::to_string(n);
+}
+
+TEST(MatmulQuant, Mxfp4MatchesReferenceEveryPath) {
+  std::mt19937 rng(42);
+  struct Shape { int64_t out, in; };
+  double max_rel = 0;
+  // 1, 2, 16, 17, 28 and 152 blocks: partial and full 16-block groups, 8-block halves.
+  for (Shape s : {Shape{1, 32}, Shape{3, 64}, Shape{17, 512}, Shape{26, 544}, Shape{40, 896}, Shape{9, 4864}}) {
+    MxWeights w = make_mx(s.out, s.in, rng);
+    for (int64_t n : {1, 3, 17}) {
+      std::vector<float> x = gaussian(size_t(n * s.in), rng);
+      std::vector<float> first;
+      for (const Path& p : mx_paths()) {
+        std::vector<float> y(size_t(n * s.out), NAN);
+        run_path(p, y.data(), x.data(), w.tensor(), n, pool2());
+        check_mx_reference(y, x, w, n, label(p.name, s.out, s.in, n), &max_rel);
+        // The scheme is exact integer dots + the same IEEE float ops on every ISA.
+        if (first.empty()) first = y;
+        else EXPECT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * 4))
+                 << label(p.name, s.out, s.in, n) << ": differs from the scalar path";
+      }
+    }
+  }
+  RecordProperty("max_rel_err_vs_int8_reference", std::to_string(max_rel));
+  EXPECT_LT(max_rel, 1e-6);
+}
+
+// Relative RMS error of the int8 activation quantization on Gaussian data: small.
+TEST(MatmulQuant, Mxfp4ActivationQuantizationErrorIsSmall) {
+  std::mt19937 rng(7);
+  MxWeights w = make_mx(64, 1024, rng);
+  std::vector<float> x = gaussian(4 * 1024, rng), y(4 * 64);
+  matmul(y.data(), x.data(), w.tensor(), 4, pool2());
+  double se = 0, ss = 0;
+  for (int64_t t = 0; t < 4; ++t)
+    for (int64_t o = 0; o < 64; ++o) {
+      double exact = 0;
+      for (int64_t i = 0; i < 1024; ++i) exact += double(w.deq[size_t(o * 1024 + i)]) * x[size_t(t * 1024 + i)];
+      se += (y[size_t(t * 64 + o)] - exact) * (y[size_t(t * 64 + o)] - exact);
+      ss += exact * exact;
+    }
+  EXPECT_LT(std::sqrt(se / ss), 0.01);  // ~0.5% expected from int8 per-32 blocks
+}
+
+// Row t of an n-token matmul equals, bit for bit, the 1-token matmul of row t, a
+// shorter batch containing it, the same call on another thread count, and the same
+// call under every kernel config (tile shape) the ISA implements.
+TEST(MatmulQuant, Mxfp4BatchInvariantBitwise) {
+  std::mt19937 rng(3);
+  struct Shape { int64_t out, in, n; };
+  for (const Path& p : mx_paths())
+    for (Shape s : {Shape{50, 4864, 17}, Shape{200, 96, 5}, Shape{75, 544, 9}}) {
+      const std::string what = label(p.name, s.out, s.in, s.n);
+      MxWeights w = make_mx(s.out, s.in, rng);
+      const Tensor wt = w.tensor();
+      std::vector<float> x = gaussian(size_t(s.n * s.in), rng);
+      std::vector<float> full2(size_t(s.n * s.out)), full1(full2.size()), one(size_t(s.out));
+      run_path(p, full2.data(), x.data(), wt, s.n, pool2());
+      run_path(p, full1.data(), x.data(), wt, s.n, pool1());
+      EXPECT_EQ(0, std::memcmp(full1.data(), full2.data(), full1.size() * 4)) << what << " (threads)";
+      for (int64_t t = 0; t < s.n; ++t) {
+        run_path(p, one.data(), x.data() + t * s.in, wt, 1, pool2());
+        EXPECT_EQ(0, std::memcmp(one.data(), full2.data() + t * s.out, one.size() * 4))
+            << what << " row " << t << " (1 token vs batch)";
+      }
+      for (int64_t m : {int64_t(5), s.n / 2 + 1}) {
+        std::vector<float> x2 = gaussian(size_t(m * s.in), rng), part(size_t(m * s.out));
+        std::memcpy(x2.data(), x.data() + s.in, size_t(s.in) * 4);
+        run_path(p, part.data(), x2.data(), wt, m, pool1());
+        EXPECT_EQ(0, std::memcmp(part.data(), full2.data() + s.out, size_t(s.out) * 4))
+            << what << " (row 1 in a batch of " << m << ")";
+      }
+      if (!p.avx2_no_vnni)
+        for (const KernelConfig& c : configs(p.isa, DType::MXFP4)) {
+          std::vector<float> yc(full2.size());
+          matmul_with_config(p.isa, c, yc.data(), x.data(), wt, s.n, pool2());
+          EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), yc.size() * 4))
+              << what << " config " << c.gemv_rows << "/" << c.tile_tokens << "x" << c.tile_rows;
+        }
+    }
+}
+
+// Zero blocks, blocks holding inf or NaN, huge and tiny activations: every path
+// (each ISA has its own quantizer) gives the same bits, NaN where a block is not finite.
+TEST(MatmulQuant, Mxfp4ActivationEdgeCasesSameOnEveryPath) {
+  std::mt19937 rng(21);
+  MxWeights w = make_mx(19, 256, rng);
+  const int64_t n = 6;
+  std::vector<float> x = gaussian(size_t(n * 256), rng);
+  for (int i = 0; i < 32; ++i) x[size_t(32 + i)] = 0.0f;            // token 0: a zero block
+  x[size_t(256 + 40)] = INFINITY;                                   // token 1: inf
+  x[size_t(512 + 200)] = NAN;                                       // token 2: NaN
+  for (int i = 0; i < 256; ++i) x[size_t(768 + i)] *= 1e30f;         // token 3: huge
+  for (int i = 0; i < 256; ++i) x[size_t(1024 + i)] *= 1e-30f;       // token 4: tiny
+  for (int i = 0; i < 256; ++i) x[size_t(1280 + i)] = (i % 7) - 3.0f;  // token 5: exact ties
+  std::vector<float> first;
+  for (const Path& p : mx_paths()) {
+    std::vector<float> y(size_t(n * 19));
+    run_path(p, y.data(), x.data(), w.tensor(), n, pool1());
+    for (int64_t o = 0; o < 19; ++o) {
+      EXPECT_TRUE(std::isnan(y[size_t(19 + o)])) << p.name;
+      EXPECT_TRUE(std::isnan(y[size_t(38 + o)])) << p.name;
+      for (int64_t t : {0, 3, 4, 5}) EXPECT_TRUE(std::isfinite(y[size_t(t * 19 + o)])) << p.name << " t=" << t;
+    }
+    if (first.empty()) first = y;
+    else EXPECT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * 4)) << p.name;
+  }
+  // The finite rows against the reference.
+  for (int64_t t : {0, 3, 4, 5}) {
+    std::vector<float> xt(x.begin() + t * 256, x.begin() + (t + 1) * 256), yt(first.begin() + t * 19, first.begin() + (t + 1) * 19);
+    check_mx_reference(yt, xt, w, 1, "edge t=" + std::to_string(t));
+  }
+}
+
+TEST(MatmulQuant, Mxfp4ShapeErrors) {
+  std::vector<uint8_t> packed(64), scales(4);
+  float x[64] = {}, y[4];
+  for (Isa isa : supported_isas()) {
+    Tensor bad(DType::MXFP4, {2, 48}, packed.data());  // in % 32 != 0
+    bad.scales = scales.data();
+    EXPECT_THROW(matmul_isa(isa, y, x, bad, 1, pool1()), Error) << isa_name(isa);
+    Tensor noscale(DType::MXFP4, {2, 32}, packed.data());
+    EXPECT_THROW(matmul_isa(isa, y, x, noscale, 1, pool1()), Error) << isa_name(isa);
+  }
+}
+
+// Scale byte 0xFF is NaN, all-zero activations give +0, tiny and huge scale bytes
+// stay exact where representable.
+TEST(MatmulQuant, Mxfp4SpecialValues) {
+  const int64_t out = 4, in = 64;
+  std::vector<uint8_t> packed(size_t(out * in / 2), 0x22), scales(size_t(out * in / 32), 127);  // all 1.0
+  scales[2] = 0xFF;  // row 1, block 0
+  scales[4] = 0;     // row 2: 2^-127 (flushed to 0: mx_scale) and 2^-126
+  scales[5] = 1;
+  Tensor w(DType::MXFP4, {out, in}, packed.data());
+  w.scales = scales.data();
+  // x = 127: amax / 127 = 1 and q = 127 exactly, so every value below is exact.
+  std::vector<float> x(size_t(in), 127.0f), zero(size_t(in), 0.0f), y(out);
+  for (const Path& p : mx_paths()) {
+    run_path(p, y.data(), x.data(), w, 1, pool1());
+    EXPECT_EQ(y[0], 64.0f * 127) << p.name;
+    EXPECT_TRUE(std::isnan(y[1])) << p.name;
+    EXPECT_EQ(y[2], 32 * 127 * 0x1p-126f) << p.name;
+    EXPECT_EQ(y[3], 64.0f * 127) << p.name;
+    run_path(p, y.data(), zero.data(), w, 1, pool1());
+    EXPECT_EQ(y[0], 0.0f) << p.name;
+    EXPECT_FALSE(std::signbit(y[0])) << p.name;
+  }
+}
+
+// --- F8_E4M3 -------------------------------------------------------------------
+
+struct Fp8Weights {
+  int64_t out, in;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;  // empty: no scales
+  Tensor tensor() {
+    Tensor t(DType::F8_E4M3, {out, in}, codes.data());
+    t.scales = scales.empty() ? nullptr : scales.data();
+    return t;
+  }
+};
+
+Fp8Weights make_fp8(int64_t out, int64_t in, bool with_scales, std::mt19937& rng) {
+  Fp8Weights w{out, in, std::vector<uint8_t>(size_t(out * in)), {}};
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& c : w.codes) {
+    do c = uint8_t(byte(rng));
+    while ((c & 0x7f) == 0x7f);  // no NaN codes
+  }
+  if (with_scales) {
+    std::uniform_real_distribution<float> u(1e-4f, 1e-2f);
+    w.scales.resize(size_t((out + 127) / 128 * ((in + 127) / 128)));
+    for (float& s : w.scales) s = u(rng);
+  }
+  return w;
+}
+
+TEST(MatmulQuant, Fp8MatchesReferenceAndDequantizedF32) {
+  std::mt19937 rng(11);
+  struct Shape { int64_t out, in; };
+  for (bool with_scales : {true, false})
+    for (Shape s : {Shape{130, 300}, Shape{257, 129}, Shape{3, 17}, Shape{64, 128}, Shape{20, 1000}}) {
+      Fp8Weights w = make_fp8(s.out, s.in, with_scales, rng);
+      OwnedTensor deq = dequantize_f32(w.tensor());
+      const float* dq = deq.t.as<float>();
+      for (int64_t n : {1, 5, 17}) {
+        std::vector<float> x = gaussian(size_t(n * s.in), rng);
+        for (Isa isa : supported_isas()) {
+          const std::string what = label(isa_name(isa), s.out, s.in, n) + (with_scales ? "" : " unscaled");
+          std::vector<float> y(size_t(n * s.out), NAN), yf(y.size(), NAN);
+          matmul_isa(isa, y.data(), x.data(), w.tensor(), n, pool2());
+          // The weights are formed exactly as dequantize_f32 forms them, then the F32 scheme.
+          matmul_isa(isa, yf.data(), x.data(), deq.t, n, pool2());
+          EXPECT_EQ(0, std::memcmp(y.data(), yf.data(), y.size() * 4)) << what << " vs F32 of dequantized";
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t o = 0; o < s.out; ++o) {
+              double ref = 0, mag = 0;
+              for (int64_t i = 0; i < s.in; ++i) {
+                // Independent of dequantize_f32: the code's value times its block scale.
+                double wv = fp8e4m3_to_f32(w.codes[size_t(o * s.in + i)]);
+                if (with_scales) wv *= w.scales[size_t((o / 128) * ((s.in + 127) / 128) + i / 128)];
+                EXPECT_EQ(float(wv), dq[o * s.in + i]);
+                const double p = wv * x[size_t(t * s.in + i)];
+                ref += p;
+                mag += std::fabs(p);
+              }
+              ASSERT_NEAR(y[size_t(t * s.out + o)], ref, 3e-7 * std::sqrt(double(s.in) + 1) * mag + 1e-30)
+                  << what << " t=" << t << " o=" << o;
+            }
+        }
+      }
+    }
+}
+
+TEST(MatmulQuant, Fp8BatchInvariantBitwise) {
+  std::mt19937 rng(13);
+  struct Shape { int64_t out, in, n; };
+  for (Isa isa : supported_isas())
+    for (Shape s : {Shape{300, 1000, 17}, Shape{130, 200, 6}}) {
+      const std::string what = label(isa_name(isa), s.out, s.in, s.n);
+      Fp8Weights w = make_fp8(s.out, s.in, true, rng);
+      const Tensor wt = w.tensor();
+      std::vector<float> x = gaussian(size_t(s.n * s.in), rng);
+      std::vector<float> full2(size_t(s.n * s.out)), full1(full2.size()), one(size_t(s.out));
+      matmul_isa(isa, full2.data(), x.data(), wt, s.n, pool2());
+      matmul_isa(isa, full1.data(), x.data(), wt, s.n, pool1());
+      EXPECT_EQ(0, std::memcmp(full1.data(), full2.data(), full1.size() * 4)) << what << " (threads)";
+      for (int64_t t = 0; t < s.n; ++t) {
+        matmul_isa(isa, one.data(), x.data() + t * s.in, wt, 1, pool2());
+        EXPECT_EQ(0, std::memcmp(one.data(), full2.data() + t * s.out, one.size() * 4))
+            << what << " row " << t << " (1 token vs batch)";
+      }
+      for (const KernelConfig& c : configs(isa, DType::F8_E4M3)) {
+        std::vector<float> yc(full2.size());
+        matmul_with_config(isa, c, yc.data(), x.data(), wt, s.n, pool2());
+        EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), yc.size() * 4))
+            << what << " config " << c.gemv_rows << "/" << c.tile_tokens << "x" << c.tile_rows;
+      }
+    }
+}
+
+TEST(MatmulQuant, Fp8NanCodesPropagate) {
+  std::vector<uint8_t> codes(2 * 40, 0x38);  // 1.0
+  codes[40 + 7] = 0xFF;                      // row 1: NaN
+  std::vector<float> x(40, 1.0f), y(2);
+  for (Isa isa : supported_isas()) {
+    matmul_isa(isa, y.data(), x.data(), Tensor(DType::F8_E4M3, {2, 40}, codes.data()), 1, pool1());
+    EXPECT_EQ(y[0], 40.0f) << isa_name(isa);
+    EXPECT_TRUE(std::isnan(y[1])) << isa_name(isa);
+  }
+}
+
+// F32 / BF16 under every config give the same bits too (tiles only group outputs).
+TEST(MatmulQuant, FloatConfigsBitwiseIdentical) {
+  std::mt19937 rng(17);
+  std::vector<float> w = gaussian(size_t(77 * 301), rng), x = gaussian(size_t(9 * 301), rng);
+  std::vector<uint16_t> wb(w.size());
+  for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]);
+  for (Isa isa : supported_isas())
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const Tensor t(dt, {77, 301}, dt == DType::F32 ? static_cast<void*>(w.data()) : wb.data());
+      std::vector<float> ref(9 * 77), y(9 * 77);
+      matmul_isa(isa, ref.data(), x.data(), t, 9, pool2());
+      for (const KernelConfig& c : configs(isa, dt)) {
+        matmul_with_config(isa, c, y.data(), x.data(), t, 9, pool2());
+        EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4)) << isa_name(isa) << " " << dtype_name(dt);
+      }
+    }
+}
+
+}  // namespace
