@@ -142,6 +142,26 @@ class Backend {
   // the host communicators (comm/comm.h) may then touch it directly.
   virtual bool host_memory() const { return false; }
 
+  // Collectives on a stream of their own (issue 23; docs/parallelism.md,
+  // "Streams"). A backend with streams (CUDA, HIP, HIP-CPU) keeps a second,
+  // communication stream beside the compute stream every op above runs on, and
+  // orders the two by events only (CUDA programming guide, "Stream
+  // Synchronization": cudaStreamWaitEvent; NCCL user guide, "CUDA Stream
+  // Semantics"): comm_begin() makes the comm stream wait for the compute work
+  // enqueued so far; comm_end() makes the compute work enqueued after it wait
+  // for the comm stream's work so far. A host-staged collective is
+  //   comm_begin(); comm_download(...); <host collective>; comm_upload(...); comm_end();
+  // so the host waits for the comm stream's copy alone and never synchronizes
+  // the compute stream; a device communicator (backends/device_comm.h) does the
+  // same bracketing itself. Backends without streams (the CPU): no-ops, and the
+  // copies are download() / upload().
+  virtual void comm_begin() {}
+  virtual void comm_end() {}
+  // On the comm stream; both return when the copy is done (the host reads dst
+  // next; src is the caller's pageable staging memory).
+  virtual void comm_download(void* dst, const void* src, size_t bytes) { download(dst, src, bytes); }
+  virtual void comm_upload(void* dst, const void* src, size_t bytes) { upload(dst, src, bytes); }
+
   // y[t, o] = sum_i x[t, i] W[o, i], t < n_tokens. The tile config comes from the
   // tuned-kernel registry (op "matmul" on CPU, "gpu_matmul" on GPU): an untuned
   // shape warns, counts and fails under --strict-kernels as on CPU.
@@ -169,6 +189,9 @@ class Backend {
   virtual void silu_mul(float* y, const float* g, const float* u, int64_t n) = 0;
   virtual void add(float* x, const float* y, int64_t n) = 0;
   // x[t] = table[ids[t]] as f32 (table: F32 or BF16 [vocab, dim]); ids in backend memory.
+  // An id of -1 gives a zero row (a vocab-parallel rank's token held by another
+  // rank); any other id outside [0, vocab) is the caller's bug (the CPU throws,
+  // a GPU writes row 0 rather than read out of bounds).
   virtual void embed(float* x, const DevWeight& table, const int32_t* ids, int64_t n_tokens) = 0;
   // Rotates token t's n_heads vectors (x + t * token_stride + h * head_stride) for position pos[t].
   virtual void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int token_stride,
@@ -213,7 +236,15 @@ class Backend {
   // at dst, element i drawn from (seed, i) by backends/fill_impl.h, so every
   // backend makes the same tensor. F32, BF16, F8_E4M3: uniform reals in
   // [lo, hi); U8: uniform integers in [lo, hi] (E2M1 pairs, E8M0 scales).
-  virtual void fill_uniform(void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed) = 0;
+  void fill_uniform(void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed) {
+    fill_uniform_block(dst, dtype, 1, n, n, 0, lo, hi, seed);
+  }
+  // Part of such a tensor, as a tensor-parallel rank loads its slice
+  // (models/device_weights.h): rows x cols elements written densely at dst,
+  // entry (r, c) being the tensor's element first + r * stride + c, so a rank's
+  // rows or columns of a dummy weight equal those rows or columns of the whole.
+  virtual void fill_uniform_block(void* dst, DType dtype, size_t rows, size_t cols, size_t stride, uint64_t first,
+                                  float lo, float hi, uint64_t seed) = 0;
 
   // Graphs (CUDA / HIP): capture_graph runs `body`, which enqueues ops on this
   // backend, in capture mode: the ops are recorded, not run, and replay_graph(id)

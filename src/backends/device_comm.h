@@ -5,8 +5,10 @@
 // channel (batches, the NCCL unique id) and the host-staged fallback that works
 // on every backend, HIP-CPU included.
 //
-// Contract: every call enqueues on the backend's stream (ordered with the
-// model's kernels; nothing waits on the host), every rank of the group makes
+// Contract: every call enqueues on the backend's communication stream, after
+// the compute stream's work enqueued before the call and before the compute
+// stream's work enqueued after it (events: backends/backend.h comm_begin; the
+// host never waits), every rank of the group makes
 // the same calls in the same order, and pointers are device memory of the
 // backend that made the communicator. The sum of allreduce_sum is the same on
 // every rank (NCCL's ring / tree reduce each element once and broadcast it), so

@@ -19,6 +19,9 @@ inline void add_parallel_options(CLI::App* s, ParallelOptions& po) {
   s->add_option("--comm", po.backend,
                 "Communicator: auto (mpi under mpirun, else in-process threads), local, mpi, or nccl / rccl "
                 "(device collectives on a GPU backend, one process per GPU under mpirun; docs/parallelism.md)");
+  s->add_flag("--load-stats", po.load_stats,
+              "Every rank prints what its loader read from the checkpoint and placed on its device, and its peak "
+              "resident memory (stderr)");
 }
 
 }  // namespace mx::cli

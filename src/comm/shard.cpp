@@ -35,29 +35,45 @@ Tensor slice_rows(const Tensor& w, int64_t r0, int64_t n) {
   return t;
 }
 
-Tensor slice_cols(const Tensor& w, int64_t c0, int64_t n, OwnedTensor& own, Buffer& own_scales) {
-  if (w.empty()) return w;
-  const int64_t rows = w.shape[0], cols = w.shape[1];
-  MX_CHECK(w.ndim == 2 && c0 >= 0 && n > 0 && c0 + n <= cols, "slice_cols [{}, +{}) of {}", c0, n, w.shape_str());
+Tensor WeightSlice::shape() const {
+  if (empty()) return {};
+  Tensor t(whole.dtype, {whole.shape[0], cols}, whole.data);
+  t.scales = whole.scales;
+  return t;
+}
+
+WeightSlice slice_cols(const Tensor& w, int64_t c0, int64_t n) {
+  if (w.empty()) return {};
+  MX_CHECK(w.ndim == 2 && c0 >= 0 && n > 0 && c0 + n <= w.shape[1], "slice_cols [{}, +{}) of {}", c0, n,
+           w.shape_str());
   if (w.dtype == DType::MXFP4)
     MX_CHECK(c0 % 32 == 0 && n % 32 == 0, "tensor parallel: MXFP4 columns [{}, +{}) not aligned to 32", c0, n);
-  if (w.dtype == DType::F8_E4M3)
-    MX_CHECK(c0 % 128 == 0 && (n % 128 == 0 || c0 + n == cols),
+  if (w.dtype == DType::F8_E4M3 && w.scales)
+    MX_CHECK(c0 % 128 == 0 && (n % 128 == 0 || c0 + n == w.shape[1]),
              "tensor parallel: FP8 columns [{}, +{}) not aligned to the 128-column scale blocks", c0, n);
+  WeightSlice s(w);
+  s.c0 = c0, s.cols = n;
+  return s;
+}
+
+Tensor copy_cols(const WeightSlice& s, OwnedTensor& own, Buffer& own_scales) {
+  if (!s.sliced()) return s.whole;
+  const Tensor& w = s.whole;
+  const int64_t rows = w.shape[0], cols = w.shape[1], c0 = s.c0, n = s.cols;
   own = OwnedTensor::make(w.dtype, {rows, n});
   const size_t row_bytes = dtype_bytes(w.dtype, cols), off = dtype_bytes(w.dtype, c0),
                len = dtype_bytes(w.dtype, n);
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(static_cast<char*>(own.t.data) + r * len, static_cast<const char*>(w.data) + r * row_bytes + off, len);
   Tensor t = own.t;
-  if (w.dtype == DType::MXFP4) {
+  if (w.scales && w.dtype == DType::MXFP4) {
     const int64_t sc = cols / 32, sn = n / 32;
     own_scales = Buffer(size_t(rows) * sn);
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(static_cast<char*>(own_scales.data()) + r * sn,
                   static_cast<const uint8_t*>(w.scales) + r * sc + c0 / 32, sn);
     t.scales = own_scales.data();
-  } else if (w.dtype == DType::F8_E4M3) {
+  } else if (w.scales && w.dtype == DType::F8_E4M3) {
     const int64_t rb = (rows + 127) / 128, cb = (cols + 127) / 128, nb = (n + 127) / 128;
     own_scales = Buffer(size_t(rb) * nb * 4);
     for (int64_t r = 0; r < rb; ++r)

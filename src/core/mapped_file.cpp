@@ -20,7 +20,11 @@ std::set<const MappedFile*>& live() {
   static std::set<const MappedFile*> s;
   return s;
 }
+thread_local int tl_lazy = 0;  // MappedFile::Lazy scopes alive on this thread
 }  // namespace
+
+MappedFile::Lazy::Lazy() { ++tl_lazy; }
+MappedFile::Lazy::~Lazy() { --tl_lazy; }
 
 void MappedFile::release_all_resident() {
   std::lock_guard<std::mutex> lk(live_mu);
@@ -39,8 +43,9 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   size_ = size_t(st.st_size);
   if (size_ > 0) {
     // MAP_POPULATE maps every page up front: one bulk pass at load instead of a
-    // page fault per 4 KiB the first time a forward touches a weight.
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    // page fault per 4 KiB the first time a forward touches a weight; not
+    // inside a Lazy scope, where only a share of the pages is ever read.
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | (tl_lazy ? 0 : MAP_POPULATE), fd, 0);
     if (p == MAP_FAILED) {
       ::close(fd);
       fail("cannot mmap {}: {}", path, std::strerror(errno));

@@ -28,6 +28,17 @@ class MappedFile {
   // after binding, so what stays resident is what its shard reads.
   static void release_all_resident();
 
+  // While one is alive, files this thread maps are not prefaulted
+  // (MAP_POPULATE off): a tensor- or expert-parallel rank, or a device backend,
+  // reads only some of the checkpoint's pages once (its share, uploaded), so
+  // populating would fault in the whole file on every rank.
+  struct Lazy {
+    Lazy();
+    ~Lazy();
+    Lazy(const Lazy&) = delete;
+    Lazy& operator=(const Lazy&) = delete;
+  };
+
  private:
   MappedFile() = default;
   std::string path_;

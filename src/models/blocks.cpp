@@ -43,7 +43,7 @@ GqaAttention::GqaAttention(WeightBinder& wb, const std::string& prefix, const Mo
     wq_ = slice_rows(wq_, int64_t(h0) * hd, int64_t(nh) * hd);
     wk_ = slice_rows(wk_, int64_t(g0) * hd, int64_t(nkv) * hd);
     wv_ = slice_rows(wv_, int64_t(g0) * hd, int64_t(nkv) * hd);
-    wo_ = slice_cols(wo_, int64_t(h0) * hd, int64_t(nh) * hd, wo_own_, wo_scales_);
+    wo_ = slice_cols(wo_.whole, int64_t(h0) * hd, int64_t(nh) * hd);
     bq_ = slice_vec(bq_, int64_t(h0) * hd, int64_t(nh) * hd);
     bk_ = slice_vec(bk_, int64_t(g0) * hd, int64_t(nkv) * hd);
     bv_ = slice_vec(bv_, int64_t(g0) * hd, int64_t(nkv) * hd);
@@ -66,7 +66,8 @@ size_t GqaAttention::scratch_bytes(int T) const {
 
 size_t GqaAttention::bytes_per_token() const {
   size_t n = 0;
-  for (const Tensor* t : {&wq_, &wk_, &wv_, &wo_, &bq_, &bk_, &bv_, &q_norm_, &k_norm_}) n += t->storage_bytes();
+  for (const Tensor* t : {&wq_, &wk_, &wv_, &bq_, &bk_, &bv_, &q_norm_, &k_norm_}) n += t->storage_bytes();
+  n += wo_.storage_bytes();
   return n;
 }
 
@@ -109,7 +110,7 @@ SwigluMlp::SwigluMlp(WeightBinder& wb, const std::string& prefix, int d, int h, 
     const int64_t h0 = int64_t(h) * split_rank / split_size;
     gate_ = slice_rows(gate_, h0, hidden_);
     up_ = slice_rows(up_, h0, hidden_);
-    down_ = slice_cols(down_, h0, hidden_, down_own_, down_scales_);
+    down_ = slice_cols(down_.whole, h0, hidden_);
   }
 }
 

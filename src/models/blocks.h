@@ -78,10 +78,9 @@ class GqaAttention final : public Attention {
  private:
   int dim_, n_heads_, n_kv_heads_, head_dim_;  // heads of this rank under tensor parallel
   float norm_eps_, scale_;
-  Tensor wq_, wk_, wv_, wo_, bq_, bk_, bv_, q_norm_, k_norm_;
+  Tensor wq_, wk_, wv_, bq_, bk_, bv_, q_norm_, k_norm_;
+  WeightSlice wo_;  // tensor parallel: this rank's o_proj columns
   Rope rope_;
-  OwnedTensor wo_own_;  // tensor parallel: this rank's o_proj columns
-  Buffer wo_scales_;
   struct {
     DevWeight wq, wk, wv, wo;
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
@@ -103,7 +102,7 @@ class SwigluMlp final : public FeedForward {
   int hidden() const { return hidden_; }
   const Tensor& gate() const { return gate_; }
   const Tensor& up() const { return up_; }
-  const Tensor& down() const { return down_; }
+  const WeightSlice& down() const { return down_; }
   // The placed weights (MoE experts and shared experts hand them to moe_ffn).
   const DevWeight& d_gate() const { return d_gate_; }
   const DevWeight& d_up() const { return d_up_; }
@@ -111,9 +110,8 @@ class SwigluMlp final : public FeedForward {
 
  private:
   int dim_, hidden_;
-  Tensor gate_, up_, down_;
-  OwnedTensor down_own_;
-  Buffer down_scales_;
+  Tensor gate_, up_;
+  WeightSlice down_;  // tensor parallel: this rank's columns
   DevWeight d_gate_, d_up_, d_down_;
 };
 

@@ -65,7 +65,11 @@ std::unique_ptr<Model> build_decoder(const ModelConfig& c, std::shared_ptr<Tenso
   bind_embed_and_head(wb, c, *m);
   const bool vp = m->vocab_parallel();
   const int vl = vp ? c.vocab_size / opts.shard->size : c.vocab_size;
+  // Vocab-parallel embedding and LM head (Megatron's VocabParallelEmbedding,
+  // vLLM's vocab_parallel_embedding.py): each rank holds rows
+  // [rank * vl, + vl) of both, so it reads and uploads 1/P of them.
   if (vp) m->lm_head = slice_rows(m->lm_head, int64_t(vl) * opts.shard->rank, vl);
+  if (vp) m->embed = slice_rows(m->embed, int64_t(vl) * opts.shard->rank, vl);
   m->layers.resize(c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) bind_decoder_layer(wb, c, l, m->layers[l]);
   m->mtp.resize(c.num_nextn_predict_layers);
@@ -75,6 +79,9 @@ std::unique_ptr<Model> build_decoder(const ModelConfig& c, std::shared_ptr<Tenso
     Tensor& head = m->mtp[i].head;
     if (vp && !head.empty() && head.shape[0] == c.vocab_size)  // its own head, not the shared one
       head = slice_rows(head, int64_t(vl) * opts.shard->rank, vl);
+    Tensor& emb = m->mtp[i].embed;
+    if (vp && !emb.empty() && emb.shape[0] == c.vocab_size)  // likewise its own embedding
+      emb = slice_rows(emb, int64_t(vl) * opts.shard->rank, vl);
     bind_decoder_layer(wb, c, index, m->mtp[i].block);
   }
   m->finish(wb, opts);
@@ -91,6 +98,8 @@ void DecoderModel::make_dummy(WeightBinder& wb, const LoadOptions& opts) {
   store_->keep_alive(dummy_);  // the store's tensors view its host memory
   wb.make_missing(*store_, *dummy_, opts.dummy_dtype == "f32" ? DType::F32 : DType::BF16);
 }
+
+const LoadStats* DecoderModel::load_stats() const { return dw_ ? &dw_->stats() : nullptr; }
 
 bool DecoderModel::vocab_parallel() const {
   return plan_ && plan_->tp_on() && cfg_.vocab_size % plan_->size == 0;
@@ -114,7 +123,7 @@ void DecoderModel::finish(WeightBinder& wb, const LoadOptions& opts) {
     n_params_ += b.params;
     weight_bytes_ += store_->get(b.checkpoint_name).nbytes();
   }
-  dw_ = std::make_unique<DeviceWeights>(*backend_, dummy_.get());
+  dw_ = std::make_unique<DeviceWeights>(*backend_, dummy_.get(), store_.get());
   place(*dw_);
   gpu_graphs_ = opts.gpu_graphs;
   arena_ = std::make_unique<DevArena>(*backend_);
@@ -157,7 +166,7 @@ size_t DecoderModel::arena_bytes(int T, int R, size_t table_ints) const {
   const size_t D = cfg_.hidden_size, V = cfg_.vocab_size;
   // Metadata (ids, pos, seq, slots, rows, tables); x, xn, tmp, hidden and the
   // MTP's embed / hidden / concat; the logit rows and their logits.
-  size_t base = (5 * size_t(T) + table_ints) * 4 + 9 * size_t(T) * D * 4 + size_t(R) * (D + V) * 4 + 24 * 256;
+  size_t base = (6 * size_t(T) + table_ints) * 4 + 9 * size_t(T) * D * 4 + size_t(R) * (D + V) * 4 + 24 * 256;
   if (vocab_parallel()) base += 2 * size_t(R) * V * 4 + 512;  // local + gathered logits
   return base + layer;
 }
@@ -206,8 +215,9 @@ ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
   graph_seqs_ = S;
   if (graph_batch_) max_blocks = int(std::bit_ceil(unsigned(std::max(max_blocks, 8))));
   table_stride_ = max_blocks;
-  // Host image of [ids | pos | seq | slots | rows | tables], uploaded in one copy.
-  h_meta_.assign(size_t(4) * T + R + size_t(S) * max_blocks, 0);
+  // Host image of [ids | pos | seq | slots | rows | tables | local ids], uploaded in one copy.
+  const bool vp = vocab_parallel();
+  h_meta_.assign(size_t(4) * T + R + size_t(S) * max_blocks + (vp ? T : 0), 0);
   int32_t* ids = h_meta_.data();
   int32_t* pos = ids + T;
   int32_t* seq = pos + T;
@@ -216,6 +226,11 @@ ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
   int32_t* tables = rows + R;
   std::copy(batch.tokens.begin(), batch.tokens.end(), ids);
   std::copy(batch.logit_rows.begin(), batch.logit_rows.end(), rows);
+  if (vp) {  // this rank's rows of the vocab-parallel embedding; -1: another rank's token (a zero row)
+    const int vl = cfg_.vocab_size / plan_->size, v0 = vl * plan_->rank;
+    int32_t* local = tables + size_t(S) * max_blocks;
+    for (int t = 0; t < T; ++t) local[t] = ids[t] >= v0 && ids[t] < v0 + vl ? ids[t] - v0 : -1;
+  }
   const int bs = kv.block_size();
   for (int s = 0, t = 0; s < S; ++s) {
     const BatchSeq& q = batch.seqs[s];
@@ -233,6 +248,7 @@ ForwardCtx DecoderModel::begin(const Batch& batch, KVPool& kv, bool mtp) {
   backend_->upload(d, h_meta_.data(), h_meta_.size() * 4);
   d_ids_ = d;
   d_rows_ = d + 4 * T;
+  d_local_ids_ = vp ? d + 4 * T + R + size_t(S) * max_blocks : nullptr;
   return ForwardCtx{*backend_, a, kv, T, d + T, d + 2 * T, d + 3 * T, d + 4 * T + R, max_blocks};
 }
 
@@ -242,11 +258,25 @@ void DecoderModel::partial_allreduce(float* v, size_t n) {
     plan_->comm->record(CommOp::AllReduce, plan_->comm->allreduce_bytes(n));
     return dcomm_->allreduce_sum(v, n);
   }
-  // Host-staged (issue 23's fallback for GPU ranks: works on any backend, HIP-CPU included).
+  // Host-staged (issue 23's fallback for GPU ranks: works on any backend,
+  // HIP-CPU included), on the backend's comm stream: the host waits for the
+  // download alone, and the compute stream's next op for the upload (events,
+  // backends/backend.h comm_begin).
   stage_.resize(n);
-  backend_->download(stage_.data(), v, n * 4);
+  backend_->comm_begin();
+  backend_->comm_download(stage_.data(), v, n * 4);
   plan_->comm->allreduce_sum(stage_.data(), n);
-  backend_->upload(v, stage_.data(), n * 4);
+  backend_->comm_upload(v, stage_.data(), n * 4);
+  backend_->comm_end();
+}
+
+void DecoderModel::embed_tokens(float* x, const DevWeight& table, int T) {
+  if (table.out == cfg_.vocab_size) return backend_->embed(x, table, d_ids_, T);
+  // Vocab-parallel: each rank writes its tokens' rows and zeros for the rest;
+  // the sum over the ranks is the embedding (one allreduce of [T, D]).
+  MX_CHECK(d_local_ids_, "vocab-parallel embedding without this rank's token ids");
+  backend_->embed(x, table, d_local_ids_, T);
+  partial_allreduce(x, size_t(T) * cfg_.hidden_size);
 }
 
 void DecoderModel::run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn,
@@ -299,9 +329,11 @@ void DecoderModel::fetch_logits(const float* out, int R, int64_t Vl, float* logi
     dcomm_->allgather(out, slice, gather_.get());
     backend_->download(h_logits_.data(), gather_.get(), P * slice);
   } else {
-    if (!backend_->host_memory()) {
+    if (!backend_->host_memory()) {  // on the comm stream, as partial_allreduce
       stage_.resize(size_t(R) * Vl);
-      backend_->download(stage_.data(), out, slice);
+      backend_->comm_begin();
+      backend_->comm_download(stage_.data(), out, slice);
+      backend_->comm_end();
       out = stage_.data();
     }
     plan_->comm->allgather(out, slice, h_logits_.data());
@@ -354,7 +386,7 @@ void DecoderModel::forward(const Batch& batch, KVPool& kv, float* logits, float*
   float* xn = arena_->alloc(size_t(T) * D);
   float* tmp = arena_->alloc(size_t(T) * D);
   float* out = run_steps(ctx, -1, hidden != nullptr, [&] {
-    b.embed(x, d_embed_, d_ids_, T);
+    embed_tokens(x, d_embed_, T);
     for (int l = 0; l < cfg_.num_hidden_layers; ++l) run_layer(ctx, layers[l], l, x, xn, tmp);
     if (!hidden) return project_rows(ctx, x, R, d_final_norm_, d_lm_head_);
     b.rmsnorm(xn, x, d_final_norm_, T, D, cfg_.rms_norm_eps);
@@ -381,7 +413,7 @@ void DecoderModel::forward_mtp(int i, const Batch& batch, KVPool& kv, const floa
   float* tmp = arena_->alloc(size_t(T) * D);
   b.upload(h, prev_hidden, size_t(T) * D * 4);
   float* out = run_steps(ctx, i, hidden_out != nullptr, [&] {
-    b.embed(e, m.d_embed, d_ids_, T);
+    embed_tokens(e, m.d_embed, T);
     b.rmsnorm(e, e, m.d_enorm, T, D, eps);
     b.rmsnorm(h, h, m.d_hnorm, T, D, eps);
     // Order [enorm(embed), hnorm(hidden)]: vLLM deepseek_mtp.py / sglang glm4_moe_nextn.py.

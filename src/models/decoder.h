@@ -62,6 +62,7 @@ class DecoderModel final : public Model {
   int64_t parameter_count() const override { return n_params_; }
   size_t bytes_per_token() const override;
   size_t weight_bytes() const override { return weight_bytes_; }
+  const LoadStats* load_stats() const override;
 
   const TensorStore& store() const { return *store_; }
   const ShardPlan* shard() const { return plan_.get(); }
@@ -74,6 +75,9 @@ class DecoderModel final : public Model {
   // sequences, cache slots, block tables and logit rows.
   ForwardCtx begin(const Batch& batch, KVPool& kv, bool mtp = false);
   void place(DeviceWeights& dw);
+  // x = table[ids]: the whole table, or under vocab parallelism this rank's
+  // rows (other tokens zero) summed over the ranks.
+  void embed_tokens(float* x, const DevWeight& table, int T);
   void run_layer(ForwardCtx& ctx, const DecoderLayer& L, int kv_layer, float* x, float* xn, float* tmp);
   // Tensor parallel: sums a block's partial output over the ranks: on the device
   // with --comm nccl, else host-staged on a device backend.
@@ -124,6 +128,7 @@ class DecoderModel final : public Model {
   // The current batch's metadata, built on the host, uploaded by begin().
   std::vector<int32_t> h_meta_;
   const int32_t *d_ids_ = nullptr, *d_rows_ = nullptr;
+  const int32_t* d_local_ids_ = nullptr;  // vocab parallel: ids in this rank's rows, -1 elsewhere
   std::vector<float> h_logits_;  // vocab-parallel gather
   std::vector<float> stage_;     // host staging of a device backend's collectives
   // --comm nccl (ShardPlan::device_comm): NCCL / RCCL on device buffers instead

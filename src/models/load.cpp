@@ -131,18 +131,22 @@ static Checkpoint dummy_checkpoint(const std::string& path, const std::string& d
   return ck;
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
+Checkpoint open_checkpoint(const std::string& path, const LoadOptions& opts) {
   MX_CHECK(opts.load_format == "auto" || opts.load_format == "dummy", "--load-format {}: expected auto or dummy",
            opts.load_format);
   if (opts.load_format == "dummy") {
     MX_CHECK(opts.mtp_head.empty(), "--mtp-head does not apply to --load-format dummy");
-    return build_model(dummy_checkpoint(path, opts.dummy_dtype, opts.hf_overrides), opts);
+    return dummy_checkpoint(path, opts.dummy_dtype, opts.hf_overrides);
   }
   MX_CHECK(opts.dummy_dtype.empty() && opts.hf_overrides.empty(),
            "--dummy-dtype and --hf-overrides apply to --load-format dummy only");
   Checkpoint ck = load_checkpoint(path);
   if (!opts.mtp_head.empty()) attach_mtp_head(ck, opts.mtp_head);
-  return build_model(ck, opts);
+  return ck;
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
+  return build_model(open_checkpoint(path, opts), opts);
 }
 
 }  // namespace mx

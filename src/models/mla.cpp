@@ -36,10 +36,11 @@ MlaAttention::MlaAttention(WeightBinder& wb, const std::string& p, const ModelCo
     q_b_ = slice_rows(q_b_, int64_t(h0) * (P_ + R_), int64_t(nh) * (P_ + R_));
     q_proj_ = slice_rows(q_proj_, int64_t(h0) * (P_ + R_), int64_t(nh) * (P_ + R_));
     kv_b_ = slice_rows(kv_b_, int64_t(h0) * (P_ + Vd_), int64_t(nh) * (P_ + Vd_));
-    o_proj_ = slice_cols(o_proj_, int64_t(h0) * Vd_, int64_t(nh) * Vd_, o_own_, o_scales_);
+    o_proj_ = slice_cols(o_proj_.whole, int64_t(h0) * Vd_, int64_t(nh) * Vd_);
     n_heads_ = nh;
   }
   if (kv_b_.empty()) return;  // binding failed; the binder reports it
+  kv_b_read_ = kv_b_;
   kv_b_ = wb.on_host(kv_b_);   // split per head on the host below
   if (kv_b_.dtype == DType::MXFP4 || kv_b_.dtype == DType::F8_E4M3) {
     // The absorbed form splits kv_b_proj per head: work on plain values, as
@@ -64,18 +65,19 @@ MlaAttention::MlaAttention(WeightBinder& wb, const std::string& p, const ModelCo
 
 size_t MlaAttention::bytes_per_token() const {
   size_t n = 0;
-  for (const Tensor* t : {&q_a_, &q_a_norm_, &q_b_, &q_proj_, &kv_a_, &kv_a_norm_, &kv_b_, &o_proj_})
+  for (const Tensor* t : {&q_a_, &q_a_norm_, &q_b_, &q_proj_, &kv_a_, &kv_a_norm_, &kv_b_})
     n += t->storage_bytes();
-  return n;  // the absorbed copies of W_UK hold the same values as kv_b_proj
+  return n + o_proj_.storage_bytes();  // the absorbed copies of W_UK hold the same values as kv_b_proj
 }
 
 void MlaAttention::place(DeviceWeights& dw) {
   d_.q_a = dw.matrix(q_a_), d_.q_b = dw.matrix(q_b_), d_.q_proj = dw.matrix(q_proj_);
   d_.kv_a = dw.matrix(kv_a_), d_.o_proj = dw.matrix(o_proj_);
   d_.q_a_norm = dw.vector(q_a_norm_), d_.kv_a_norm = dw.vector(kv_a_norm_);
+  dw.count_read(kv_b_read_);  // read on the host once: W_UK and W_UV below are made from it
   for (int h = 0; h < n_heads_; ++h) {
-    d_.w_uk_t.push_back(dw.matrix(w_uk_t_[h].t));
-    d_.w_uv.push_back(dw.matrix(w_uv_[h]));
+    d_.w_uk_t.push_back(dw.derived(w_uk_t_[h].t));
+    d_.w_uv.push_back(dw.derived(w_uv_[h]));
   }
   d_.rope = place_rope(dw, rope_);
 }

@@ -27,13 +27,13 @@ class MlaAttention final : public Attention {
  private:
   int dim_, n_heads_, P_, R_, Vd_, Lkv_, q_rank_;
   float eps_, scale_;
-  Tensor q_a_, q_a_norm_, q_b_, q_proj_, kv_a_, kv_a_norm_, kv_b_, o_proj_;
+  Tensor q_a_, q_a_norm_, q_b_, q_proj_, kv_a_, kv_a_norm_, kv_b_;
+  Tensor kv_b_read_;  // this rank's kv_b_proj rows as bound (LoadStats: read on the host here)
+  WeightSlice o_proj_;  // tensor parallel: this rank's o_proj columns
   OwnedTensor kv_b_plain_;            // dequantized kv_b_proj when stored quantized
   std::vector<OwnedTensor> w_uk_t_;  // per head [Lkv, P]: W_UK transposed, for q absorption
   std::vector<Tensor> w_uv_;         // per head [Vd, Lkv]: views into kv_b_proj
   Rope rope_;
-  OwnedTensor o_own_;  // tensor parallel: this rank's o_proj columns
-  Buffer o_scales_;
   struct {
     DevWeight q_a, q_b, q_proj, kv_a, o_proj;
     const float *q_a_norm = nullptr, *kv_a_norm = nullptr;

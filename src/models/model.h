@@ -13,6 +13,8 @@
 
 namespace mx {
 
+struct LoadStats;  // models/device_weights.h
+
 struct BatchSeq {
   int n_tokens = 0;   // new tokens of this sequence in the batch (consecutive in Batch::tokens)
   int start_pos = 0;  // position of the first of them; K/V of [0, start_pos) are in kv
@@ -65,6 +67,9 @@ class Model {
   // all weight bytes the main model holds.
   virtual size_t bytes_per_token() const = 0;
   virtual size_t weight_bytes() const = 0;
+  // What loading this model (this rank's shard) read and placed
+  // (models/device_weights.h); null where the model does not count it.
+  virtual const LoadStats* load_stats() const { return nullptr; }
 };
 
 struct LoadOptions {
@@ -110,6 +115,11 @@ std::unique_ptr<Model> build_model(const Checkpoint& ck, const LoadOptions& opts
 // none): every tensor must be named model.layers.{L}.* with L from
 // num_hidden_layers on, without gaps; num_nextn_predict_layers is set to their count.
 void attach_mtp_head(Checkpoint& ck, const std::string& path);
+
+// The checkpoint load_model binds for `opts`: the files at `path`, the MTP
+// head attached, or with --load-format dummy the config alone and an empty
+// store the model makes its weights into (one per model: ranks each need their own).
+Checkpoint open_checkpoint(const std::string& path, const LoadOptions& opts);
 
 // Loads a model from an HF directory (config.json + safetensors), a GGUF file
 // (formats/gguf_model.h) or a llama2.c .bin file.

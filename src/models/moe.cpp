@@ -57,6 +57,7 @@ size_t MoeBlock::scratch_bytes(int T) const {
 
 void MoeBlock::place(DeviceWeights& dw) {
   d_router_ = dw.matrix(router_);
+  dw.count_read(bias_);  // read on the host at bind time (bias_f32_)
   // The top-k must not hinge on activations rounded to bf16 (transformers computes
   // the sigmoid routers in f32; a near tie would otherwise pick other experts).
   d_router_.f32_activations = true;
@@ -66,12 +67,12 @@ void MoeBlock::place(DeviceWeights& dw) {
   // under EP it gets this rank's experts only (ids are shifted by e0_ in
   // run_pairs_on_device); host memory keeps all E slots, others' empty.
   const bool device_ep = plan_.ep_on() && !dw.backend().host_memory();
-  std::vector<const Tensor*> g, u, d;
+  std::vector<WeightSlice> g, u, d;
   for (const auto& ex : experts_) {
     if (device_ep && !ex) continue;
-    g.push_back(ex ? &ex->gate() : nullptr);
-    u.push_back(ex ? &ex->up() : nullptr);
-    d.push_back(ex ? &ex->down() : nullptr);
+    g.push_back(ex ? WeightSlice(ex->gate()) : WeightSlice());
+    u.push_back(ex ? WeightSlice(ex->up()) : WeightSlice());
+    d.push_back(ex ? ex->down() : WeightSlice());
   }
   ExpertWeights& routed = device_ep ? d_local_ : d_experts_;
   routed.gate = dw.stack(g);
@@ -122,9 +123,12 @@ void MoeBlock::forward_ep(ForwardCtx& ctx, const float* x_in, const int32_t* idx
     s.x.resize(size_t(T) * H);
     s.idx.resize(size_t(T) * k);
     s.w.resize(size_t(T) * k);
-    b.download(s.x.data(), x_in, s.x.size() * 4);
-    b.download(s.idx.data(), idx_in, s.idx.size() * 4);
-    b.download(s.w.data(), w_in, s.w.size() * 4);
+    // On the comm stream (backends/backend.h comm_begin): the host waits for these copies alone.
+    b.comm_begin();
+    b.comm_download(s.x.data(), x_in, s.x.size() * 4);
+    b.comm_download(s.idx.data(), idx_in, s.idx.size() * 4);
+    b.comm_download(s.w.data(), w_in, s.w.size() * 4);
+    b.comm_end();
     x = s.x.data(), idx = s.idx.data(), w = s.w.data();
   }
   // The ids pick ranks, experts and buffer offsets below: check every one first.
@@ -199,8 +203,13 @@ void MoeBlock::forward_ep(ForwardCtx& ctx, const float* x_in, const int32_t* idx
   for (int r = 1; r < P; ++r)
     std::memmove(s.all.data() + size_t(tok_lo(r)) * H, s.all.data() + size_t(r) * chunk * H,
                  size_t(tok_lo(r + 1) - tok_lo(r)) * H * 4);
-  if (host) std::memcpy(out, s.all.data(), size_t(T) * H * 4);
-  else b.upload(out, s.all.data(), size_t(T) * H * 4);
+  if (host) {
+    std::memcpy(out, s.all.data(), size_t(T) * H * 4);
+  } else {  // the compute stream's next op waits for this upload (an event), not the host
+    b.comm_begin();
+    b.comm_upload(out, s.all.data(), size_t(T) * H * 4);
+    b.comm_end();
+  }
 }
 
 void MoeBlock::run_pairs_on_device(ForwardCtx& ctx, const float* recvx, const int32_t* recv_expert, int n_recv,

@@ -1,11 +1,13 @@
 #include "parallel/parallel_model.h"
 
 #include <cstdio>
+#include <optional>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
+#include "models/device_weights.h"
 #include "models/kv_cache.h"
 #include "comm/comm_local.h"
 #include "parallel/placement.h"
@@ -46,6 +48,13 @@ struct ParallelModel::Local {
 };
 
 ParallelModel::ParallelModel(std::unique_ptr<Model> shard, Comm& comm) : shard_(std::move(shard)), comm_(comm) {}
+
+std::vector<const LoadStats*> ParallelModel::rank_load_stats() const {
+  std::vector<const LoadStats*> r{shard_->load_stats()};
+  if (local)
+    for (const auto& m : local->followers) r.push_back(m->load_stats());
+  return r;
+}
 
 ParallelModel::~ParallelModel() {
   try {
@@ -190,13 +199,30 @@ std::unique_ptr<Model> load_parallel_model(const std::string& path, const Parall
   opts.backend = device_of(0);
   const bool device_comm = po.backend == "nccl" || po.backend == "rccl";
   const bool use_mpi = po.backend == "mpi" || ((po.backend == "auto" || device_comm) && launched_by_mpi());
-  if (n == 1 && !use_mpi && !device_comm) return load_model(path, opts);
+  auto report = [&](const Model& m, int rank) {
+    if (po.load_stats) std::fprintf(stderr, "%s\n", describe_load(m, rank, n).c_str());
+  };
+  if (n == 1 && !use_mpi && !device_comm) {
+    // One CPU rank reads every weight where it is mapped (prefaulted in one
+    // pass); a device backend reads each page once, to upload it.
+    std::optional<MappedFile::Lazy> lazy;
+    if (opts.backend != "cpu") lazy.emplace();
+    auto m = load_model(path, opts);
+    report(*m, 0);
+    return m;
+  }
   MX_CHECK(!device_comm || use_mpi || n == 1,
            "--comm {} runs one process per GPU: start the {} ranks with mpirun -np {} (in-process ranks: --comm "
            "local, host-staged)",
            po.backend, n, n);
-  Checkpoint ck = load_checkpoint(path);
-  if (!opts.mtp_head.empty()) attach_mtp_head(ck, opts.mtp_head);
+  // Each rank maps the checkpoint (address space only) and reads just its
+  // share when it places its weights (models/device_weights.h); with
+  // --load-format dummy each rank makes its share into a store of its own.
+  Checkpoint ck = [&] {
+    MappedFile::Lazy lazy;  // no rank reads the whole file: do not prefault it
+    return open_checkpoint(path, opts);
+  }();
+  const bool dummy = opts.load_format == "dummy";
   if (device_comm && !use_mpi) {
     // One rank, no mpirun: a one-rank group whose device communicator still
     // opens and self-checks (the NCCL path of `--tp 1 --comm nccl`).
@@ -209,6 +235,7 @@ std::unique_ptr<Model> load_parallel_model(const std::string& path, const Parall
     opts.shard = plan;
     auto pm = std::make_unique<ParallelModel>(build_model(ck, opts), *local->comms[0]);
     pm->local = std::move(local);
+    report(*pm, 0);
     return pm;
   }
   if (use_mpi) {
@@ -220,7 +247,9 @@ std::unique_ptr<Model> load_parallel_model(const std::string& path, const Parall
     opts.shard = plan;
     opts.backend = device_of(comm.rank());
     std::unique_ptr<Model> m = build_model(ck, opts);
-    // Loading touched the whole checkpoint; keep resident only what this shard reads.
+    report(*m, comm.rank());
+    // The checkpoint pages this rank read are in its backend memory now (or,
+    // on the CPU, faulted back in as its kernels read them): drop them.
     MappedFile::release_all_resident();
     if (comm.rank() != 0) {
       follow_leader(*m, comm);
@@ -240,7 +269,8 @@ std::unique_ptr<Model> load_parallel_model(const std::string& path, const Parall
     local->plans.push_back(plan);
     opts.shard = plan;
     opts.backend = device_of(r);
-    models.push_back(build_model(ck, opts));
+    models.push_back(build_model(r && dummy ? open_checkpoint(path, opts) : ck, opts));
+    report(*models.back(), r);
   }
   for (int r = 1; r < n; ++r) {
     local->followers.push_back(std::move(models[r]));
@@ -253,15 +283,27 @@ std::unique_ptr<Model> load_parallel_model(const std::string& path, const Parall
   return pm;
 }
 
-size_t resident_bytes() {
+namespace {
+size_t status_kb(const char* format) {
   FILE* f = std::fopen("/proc/self/status", "r");
   if (!f) return 0;
   char line[256];
   size_t kb = 0;
   while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "VmRSS: %zu kB", &kb) == 1) break;
+    if (std::sscanf(line, format, &kb) == 1) break;
   std::fclose(f);
-  return kb * 1024;
+  return kb;
+}
+}  // namespace
+
+size_t resident_bytes() { return status_kb("VmRSS: %zu kB") * 1024; }
+size_t peak_resident_bytes() { return status_kb("VmHWM: %zu kB") * 1024; }
+
+std::string describe_load(const Model& m, int rank, int ranks) {
+  const LoadStats* s = m.load_stats();
+  const Backend* b = m.backend();
+  return fmt::format("load: rank {}/{} ({}): {}; peak RSS {:.0f} MiB", rank, ranks, b ? b->name() : "cpu",
+                     s ? s->describe() : "not counted", peak_resident_bytes() / 1048576.0);
 }
 
 std::string describe_comm(const std::vector<CommStats>& stats, uint64_t tokens) {

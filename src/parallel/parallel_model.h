@@ -30,6 +30,7 @@ struct ParallelOptions {
   std::string backend = "auto";
   std::string device = "cpu";    // compute backend the model runs on (LoadOptions::backend)
   int replica = 0;               // data-parallel replica index: its ranks' devices (parallel/placement.h)
+  bool load_stats = false;       // --load-stats: every rank prints what its loader read and placed (stderr)
   int ranks() const { return tp > ep ? tp : ep; }
   void validate() const;
 };
@@ -51,8 +52,12 @@ class ParallelModel final : public Model {
   int64_t parameter_count() const override { return shard_->parameter_count(); }
   size_t bytes_per_token() const override { return shard_->bytes_per_token(); }
   size_t weight_bytes() const override { return shard_->weight_bytes(); }
+  const LoadStats* load_stats() const override { return shard_->load_stats(); }  // rank 0's
 
   Comm& comm() { return comm_; }
+  // Each rank's LoadStats in rank order: every rank's with in-process ranks,
+  // rank 0's alone under mpirun (the others print theirs with --load-stats).
+  std::vector<const LoadStats*> rank_load_stats() const;
   // Every rank's communicator counters (collective over the group), rank order.
   std::vector<CommStats> group_stats();
   void reset_stats();
@@ -78,8 +83,13 @@ void follow_leader(Model& shard, Comm& comm);
 std::unique_ptr<Model> load_parallel_model(const std::string& path, const ParallelOptions& po,
                                            LoadOptions opts = {});
 
-// This process's resident set (VmRSS), 0 when unknown.
+// This process's resident set (VmRSS) and its peak (VmHWM), 0 when unknown.
 size_t resident_bytes();
+size_t peak_resident_bytes();
+
+// "rank 1/2 (hip): read 12.3 MiB of the checkpoint's 45.6 MiB (27%), ...; peak RSS 80 MiB"
+// (--load-stats: what this rank's loader read, models/device_weights.h LoadStats).
+std::string describe_load(const Model& m, int rank, int ranks);
 
 // "allreduce 1.2 MB, all-to-all ..." per token over every rank's counters.
 std::string describe_comm(const std::vector<CommStats>& stats, uint64_t tokens);

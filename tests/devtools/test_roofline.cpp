@@ -118,9 +118,9 @@ TEST(PlanRoofline, TensorParallelCommunicationByHand) {
   w.output = 4;
   w.concurrency = 1;
   const Prediction p = predict(s, toy_hw(2), {2, 1, 1}, w, {});
-  // 2 layers x 2 all-reduces of 10 tokens x 64 x 2 bytes over 2 ranks.
-  EXPECT_NEAR(p.prefill_comm_s, 4 * (2.0 * 1 / 2 * 1280 / 100e9), 1e-20);
-  EXPECT_NEAR(p.decode_comm_s, 4 * (2.0 * 1 / 2 * 128 / 100e9), 1e-20);
+  // 2 layers x 2 all-reduces, and the vocab-parallel embedding's, of 10 tokens x 64 x 2 bytes over 2 ranks.
+  EXPECT_NEAR(p.prefill_comm_s, 5 * (2.0 * 1 / 2 * 1280 / 100e9), 1e-20);
+  EXPECT_NEAR(p.decode_comm_s, 5 * (2.0 * 1 / 2 * 128 / 100e9), 1e-20);
   // Half the weights per device; KV heads split.
   EXPECT_NEAR(p.weights_gb_per_gpu, 173056e-9 / 2, 1e-15);
 }
@@ -215,15 +215,33 @@ TEST(Roofline, CommBytesPerLayerCountWhatTheCollectivesSend) {
   EXPECT_EQ(tp.attn_allreduce, 2 * 256);
   EXPECT_EQ(tp.ffn_allreduce, 2 * 256);
   EXPECT_EQ(tp.moe_all_to_all, 0);
-  EXPECT_EQ(tp.per_token(m, Layout{2, 1, 1}), 8 * 512);
+  EXPECT_EQ(tp.embed_allreduce, 2 * 256);
+  EXPECT_EQ(tp.per_token(m, Layout{2, 1, 1}), 8 * 512 + 512);  // and the vocab-parallel embedding's
   // TP2 x EP2: MoE layers send k rows half of the time, twice, and gather one row; no FFN allreduce there.
   const Layout tpep{2, 1, 2};
   CommBytes e = comm_bytes(m, tpep, 4.0);
   EXPECT_EQ(e.moe_all_to_all, 2 * 2 * 0.5 * 256);
   EXPECT_EQ(e.moe_allgather, 256);
-  EXPECT_EQ(e.per_token(m, tpep), 4 * 512 + 1 * 512 + 3 * (512 + 256));
+  EXPECT_EQ(e.per_token(m, tpep), 512 + 4 * 512 + 1 * 512 + 3 * (512 + 256));
   // EP alone (attention replicated): only the MoE layers communicate.
   CommBytes ep = comm_bytes(m, Layout{1, 1, 2}, 2.0);
   EXPECT_EQ(ep.attn_allreduce, 0);
   EXPECT_EQ(ep.per_token(m, Layout{1, 1, 2}), 3 * (2 * 2 * 0.5 * 128 + 128));
+}
+
+// The time model prices comm_bytes' counts: a rank's link carries 1/P of each
+// collective's bytes, plus its latency steps (hand-checked, EP2 on 2 GPUs).
+TEST(PlanRoofline, ExpertParallelCommunicationIsPricedFromCommBytes) {
+  ModelShape m;
+  m.layers = 4, m.moe_layers = 3, m.hidden = 64, m.top_k = 2, m.experts = 8;
+  m.vocab = 320, m.attn_params = 4 * 16384, m.dense_ffn_params = 30000, m.expert_params = 12288;
+  m.embed_params = m.lm_head_params = 320 * 64, m.kv_bytes_per_token = 1024, m.dense_width = 160, m.expert_width = 64;
+  PlanWorkload w;
+  w.input = 10, w.output = 4, w.concurrency = 1;
+  Hardware h = toy_hw(2);
+  const Prediction p = predict(m, h, {1, 1, 2}, w, {});
+  const CommBytes c = comm_bytes(m, Layout{1, 1, 2}, 2.0);
+  const double bw = h.link_gbs * 1e9 * h.link_eff, lat = h.link_latency_us * 1e-6;
+  EXPECT_NEAR(p.prefill_comm_s, 3 * (10 * (c.moe_all_to_all + c.moe_allgather) / 2 / bw + 3 * lat), 1e-15);
+  EXPECT_NEAR(p.decode_comm_s, 3 * (1 * (c.moe_all_to_all + c.moe_allgather) / 2 / bw + 3 * lat), 1e-15);
 }

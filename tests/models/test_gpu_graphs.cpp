@@ -102,8 +102,9 @@ class RecordingBackend final : public Backend {
                const ExpertWeights& e) override {
     op([=, this] { in_->moe_ffn(o, x, ids, w, T, k, e); });
   }
-  void fill_uniform(void* d, DType t, size_t n, float lo, float hi, uint64_t s) override {
-    op([=, this] { in_->fill_uniform(d, t, n, lo, hi, s); });
+  void fill_uniform_block(void* d, DType t, size_t rows, size_t cols, size_t stride, uint64_t first, float lo,
+                          float hi, uint64_t s) override {
+    op([=, this] { in_->fill_uniform_block(d, t, rows, cols, stride, first, lo, hi, s); });
   }
   void argmax(int32_t* ids, const float* l, int64_t r, int v) override { op([=, this] { in_->argmax(ids, l, r, v); }); }
   void sample(int32_t* ids, const float* l, int64_t r, int v, float t, uint64_t s) override {

@@ -106,6 +106,10 @@ class CpuBackend final : public Backend {
     MX_CHECK(table.dtype == DType::F32 || table.dtype == DType::BF16, "embed: {} table", dtype_name(table.dtype));
     const int64_t D = table.in;
     for (int64_t t = 0; t < T; ++t) {
+      if (ids[t] == -1) {  // vocab parallel: another rank's row
+        std::fill(x + t * D, x + (t + 1) * D, 0.0f);
+        continue;
+      }
       MX_CHECK(ids[t] >= 0 && ids[t] < table.out, "embed: token id {} outside [0, {})", ids[t], table.out);
       if (table.dtype == DType::F32) {
         std::memcpy(x + t * D, static_cast<const float*>(table.data) + int64_t(ids[t]) * D, D * sizeof(float));
@@ -176,11 +180,14 @@ class CpuBackend final : public Backend {
     run_pairs(slots, x, in_row, expert, n_pairs, w, xs, outs, w.has_shared() ? ts : 0);
   }
 
-  void fill_uniform(void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed) override {
+  void fill_uniform_block(void* dst, DType dtype, size_t rows, size_t cols, size_t stride, uint64_t first, float lo,
+                          float hi, uint64_t seed) override {
     const int code = fill_code(dtype);
     MX_CHECK(code >= 0, "fill_uniform: {} is not a dtype it makes", dtype_name(dtype));
-    pool_.parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) fill_one(dst, code, uint64_t(i), lo, hi, seed);
+    if (!rows || !cols) return;
+    pool_.parallel_for(int64_t(rows * cols), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        fill_one(dst, code, uint64_t(i), fill_source_index(uint64_t(i), cols, stride, first), lo, hi, seed);
     });
   }
 

@@ -42,17 +42,26 @@ class GpuBackend final : public Backend {
     tl_device = device;
     MX_GPU_CHECK(gpuGetDeviceProperties(&prop_, device));
     MX_GPU_CHECK(gpuStreamCreate(&stream_));
+    MX_GPU_CHECK(gpuStreamCreate(&comm_stream_));
+    MX_GPU_CHECK(gpuEventCreateWithFlags(&compute_done_, gpuEventDisableTiming));
+    MX_GPU_CHECK(gpuEventCreateWithFlags(&comm_done_, gpuEventDisableTiming));
     isa_ = arch_isa(prop_);
   }
-  // This rank's NCCL / RCCL member on this device and stream (nccl_comm.cu).
+  // This rank's NCCL / RCCL member on this device: its collectives run on the
+  // comm stream, ordered against the compute stream by events (nccl_comm.cu).
   std::unique_ptr<DeviceComm> make_comm(const std::string& id, int rank, int size) {
-    return make_nccl_comm_on(stream(), device_, id, rank, size);
+    bind();
+    return make_nccl_comm_on(stream_, comm_stream_, device_, id, rank, size);
   }
   ~GpuBackend() override {
     if (gpuSetDevice(device_) == gpuSuccess) tl_device = device_;  // bind(), without throwing here
     drop_graphs();
     for (void* p : ws_)
       if (p) (void)gpuFree(p);
+    (void)gpuStreamSynchronize(comm_stream_);
+    (void)gpuEventDestroy(compute_done_);
+    (void)gpuEventDestroy(comm_done_);
+    (void)gpuStreamDestroy(comm_stream_);
     (void)gpuStreamDestroy(stream_);
   }
 
@@ -103,6 +112,42 @@ class GpuBackend final : public Backend {
   void synchronize() override {
     no_capture("synchronize");
     MX_GPU_CHECK(gpuStreamSynchronize(stream()));
+  }
+  // The comm stream (backend.h): events order it against the compute stream.
+  // HIP-CPU drains its streams' queues one after another on one runtime
+  // thread, so a stream waiting (hipStreamWaitEvent) on an event of a stream
+  // drained after it never wakes: there the host waits for the event instead
+  // (the same order, without the device-side wait; found by the in-process
+  // TP tests, which hung).
+  void comm_begin() override {
+    bind();
+    MX_GPU_CHECK(gpuEventRecord(compute_done_, stream()));
+#if defined(MX_GPU_HIP_CPU)
+    MX_GPU_CHECK(gpuEventSynchronize(compute_done_));
+#else
+    MX_GPU_CHECK(gpuStreamWaitEvent(comm_stream_, compute_done_, 0));
+#endif
+  }
+  void comm_end() override {
+    bind();
+    MX_GPU_CHECK(gpuEventRecord(comm_done_, comm_stream_));
+#if defined(MX_GPU_HIP_CPU)
+    MX_GPU_CHECK(gpuEventSynchronize(comm_done_));
+#else
+    MX_GPU_CHECK(gpuStreamWaitEvent(stream(), comm_done_, 0));
+#endif
+  }
+  void comm_download(void* dst, const void* src, size_t n) override {
+    no_capture("download");
+    bind();
+    MX_GPU_CHECK(gpuMemcpyAsync(dst, src, n, gpuMemcpyDeviceToHost, comm_stream_));
+    MX_GPU_CHECK(gpuStreamSynchronize(comm_stream_));  // the comm stream alone
+  }
+  void comm_upload(void* dst, const void* src, size_t n) override {
+    no_capture("upload");
+    bind();
+    MX_GPU_CHECK(gpuMemcpyAsync(dst, src, n, gpuMemcpyHostToDevice, comm_stream_));
+    MX_GPU_CHECK(gpuStreamSynchronize(comm_stream_));  // src is pageable: done before it is reused
   }
 
   void matmul_with_config(float* y, const float* x, const DevWeight& w, int64_t T,
@@ -174,8 +219,9 @@ class GpuBackend final : public Backend {
     matmul(y, g, w.shared_down, T);
     launch_add(stream(), out, y, T * D);
   }
-  void fill_uniform(void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed) override {
-    launch_fill_uniform(stream(), dst, dtype, n, lo, hi, seed);
+  void fill_uniform_block(void* dst, DType dtype, size_t rows, size_t cols, size_t stride, uint64_t first, float lo,
+                          float hi, uint64_t seed) override {
+    launch_fill_uniform(stream(), dst, dtype, rows, cols, stride, first, lo, hi, seed);
   }
   void argmax(int32_t* ids, const float* logits, int64_t rows, int vocab) override {
     launch_argmax(stream(), ids, logits, rows, vocab);
@@ -269,6 +315,9 @@ class GpuBackend final : public Backend {
   int device_;
   gpuDeviceProp prop_{};
   gpuStream_t stream_{};
+  // Collectives' stream and the events ordering it against stream_ (backend.h comm_begin).
+  gpuStream_t comm_stream_{};
+  gpuEvent_t compute_done_{}, comm_done_{};
   Isa isa_ = Isa::Sm90;
   void* ws_[2] = {nullptr, nullptr};  // 0: head_matmul / shared expert, 1: moe_ffn
   bool capturing_ = false;

@@ -153,7 +153,8 @@ void launch_add(gpuStream_t s, float* x, const float* y, int64_t n);
 void launch_embed(gpuStream_t s, float* x, const DevWeight& table, const int32_t* ids, int64_t T);
 void launch_rope(gpuStream_t s, float* x, const int32_t* pos, int64_t T, int n_heads, int token_stride,
                  int head_stride, const RopeArgs& r);
-void launch_fill_uniform(gpuStream_t s, void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed);
+void launch_fill_uniform(gpuStream_t s, void* dst, DType dtype, size_t rows, size_t cols, size_t stride,
+                         uint64_t first, float lo, float hi, uint64_t seed);
 void launch_argmax(gpuStream_t s, int32_t* ids, const float* logits, int64_t rows, int vocab);
 void launch_sample(gpuStream_t s, int32_t* ids, const float* logits, int64_t rows, int vocab,
                    float temperature, uint64_t seed);

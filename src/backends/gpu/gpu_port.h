@@ -49,6 +49,9 @@
 #define gpuEventSynchronize hipEventSynchronize
 #define gpuEventElapsedTime hipEventElapsedTime
 #define gpuEventDestroy hipEventDestroy
+#define gpuEventCreateWithFlags hipEventCreateWithFlags
+#define gpuEventDisableTiming hipEventDisableTiming
+#define gpuStreamWaitEvent hipStreamWaitEvent
 #if !defined(MX_GPU_HIP_CPU)  // HIP-CPU has no graph API
 #define MX_GPU_GRAPHS 1
 #define gpuGraph_t hipGraph_t
@@ -92,6 +95,9 @@
 #define gpuEventSynchronize cudaEventSynchronize
 #define gpuEventElapsedTime cudaEventElapsedTime
 #define gpuEventDestroy cudaEventDestroy
+#define gpuEventCreateWithFlags cudaEventCreateWithFlags
+#define gpuEventDisableTiming cudaEventDisableTiming
+#define gpuStreamWaitEvent cudaStreamWaitEvent
 #define MX_GPU_GRAPHS 1
 #define gpuGraph_t cudaGraph_t
 #define gpuGraphExec_t cudaGraphExec_t

@@ -14,7 +14,11 @@
 // Calls follow the NCCL user guide (docs.nvidia.com/deeplearning/nccl,
 // "Creating a communicator", "Point-to-point communication"): rank 0's
 // ncclGetUniqueId, shared by the caller over MPI; ncclCommInitRank on each
-// rank's device; collectives enqueued on the backend's stream; the all-to-all
+// rank's device; collectives enqueued on the backend's comm stream, which waits
+// (an event) for the compute stream's work enqueued before the call, while the
+// compute stream's later work waits for the collective (another event): the
+// NCCL guide's "CUDA Stream Semantics" leave that ordering to the caller, and
+// the host never blocks on it (backends/backend.h comm_begin); the all-to-all
 // as ncclSend/ncclRecv pairs inside ncclGroupStart/ncclGroupEnd (a rank may
 // send to itself).
 #include "backends/gpu/nccl_comm.h"
@@ -110,8 +114,8 @@ void check(const Nccl& L, ncclResult_t r, const char* what) {
 
 class NcclComm final : public DeviceComm {
  public:
-  NcclComm(gpuStream_t stream, int device, const std::string& id, int rank, int size)
-      : L_(nccl()), stream_(stream), rank_(rank), size_(size) {
+  NcclComm(gpuStream_t compute, gpuStream_t stream, int device, const std::string& id, int rank, int size)
+      : L_(nccl()), compute_(compute), stream_(stream), rank_(rank), size_(size) {
     ncclUniqueId uid;
     if (id.size() != sizeof uid)
       throw std::runtime_error(std::string(MX_NCCL_NAME ": a unique id of ") + std::to_string(id.size()) +
@@ -120,9 +124,14 @@ class NcclComm final : public DeviceComm {
     std::memcpy(&uid, id.data(), sizeof uid);
     MX_GPU_CHECK(gpuSetDevice(device));  // the communicator binds to the current device
     check(L_, L_.CommInitRank(&comm_, size, uid, rank), "ncclCommInitRank");
+    MX_GPU_CHECK(gpuEventCreateWithFlags(&ready_, gpuEventDisableTiming));
+    MX_GPU_CHECK(gpuEventCreateWithFlags(&done_, gpuEventDisableTiming));
   }
   ~NcclComm() override {
+    (void)gpuStreamSynchronize(stream_);
     if (comm_) (void)L_.CommDestroy(comm_);
+    (void)gpuEventDestroy(ready_);
+    (void)gpuEventDestroy(done_);
   }
   std::string name() const override {
     const int v = L_.version;  // NCCL_VERSION(X, Y, Z) = X * 10000 + Y * 100 + Z since 2.9
@@ -132,13 +141,18 @@ class NcclComm final : public DeviceComm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void allreduce_sum(float* data, size_t n) override {
-    if (n) check(L_, L_.AllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+    if (!n) return;
+    Ordered o(*this);
+    check(L_, L_.AllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
   }
   void allgather(const void* send, size_t bytes, void* recv) override {
-    if (bytes) check(L_, L_.AllGather(send, recv, bytes, ncclUint8, comm_, stream_), "ncclAllGather");
+    if (!bytes) return;
+    Ordered o(*this);
+    check(L_, L_.AllGather(send, recv, bytes, ncclUint8, comm_, stream_), "ncclAllGather");
   }
   void alltoallv(const void* send, const size_t* sb, const size_t* so, void* recv, const size_t* rb,
                  const size_t* ro) override {
+    Ordered o(*this);
     check(L_, L_.GroupStart(), "ncclGroupStart");
     ncclResult_t r = ncclSuccess;
     for (int p = 0; p < size_ && r == ncclSuccess; ++p) {
@@ -152,8 +166,23 @@ class NcclComm final : public DeviceComm {
   }
 
  private:
+  // One collective's ordering: the comm stream waits for the compute stream's
+  // work so far (its inputs), and the compute stream's next work waits for
+  // the collective (its outputs), also when the enqueue threw.
+  struct Ordered {
+    NcclComm& c;
+    explicit Ordered(NcclComm& comm) : c(comm) {
+      MX_GPU_CHECK(gpuEventRecord(c.ready_, c.compute_));
+      MX_GPU_CHECK(gpuStreamWaitEvent(c.stream_, c.ready_, 0));
+    }
+    ~Ordered() {
+      (void)gpuEventRecord(c.done_, c.stream_);
+      (void)gpuStreamWaitEvent(c.compute_, c.done_, 0);
+    }
+  };
   const Nccl& L_;
-  gpuStream_t stream_;
+  gpuStream_t compute_, stream_;  // the backend's compute stream; the comm stream collectives run on
+  gpuEvent_t ready_{}, done_{};
   int rank_, size_;
   ncclComm_t comm_ = nullptr;
 };
@@ -169,9 +198,9 @@ std::string nccl_unique_id() {
   return std::string(reinterpret_cast<const char*>(&uid), sizeof uid);
 }
 
-std::unique_ptr<DeviceComm> make_nccl_comm_on(gpuStream_t stream, int device, const std::string& id, int rank,
-                                              int size) {
-  return std::make_unique<NcclComm>(stream, device, id, rank, size);
+std::unique_ptr<DeviceComm> make_nccl_comm_on(gpuStream_t compute, gpuStream_t comm_stream, int device,
+                                              const std::string& id, int rank, int size) {
+  return std::make_unique<NcclComm>(compute, comm_stream, device, id, rank, size);
 }
 
 #else  // no NCCL / RCCL in this build
@@ -188,7 +217,7 @@ std::string nccl_unique_id() {
   throw std::runtime_error(std::string(nccl_compiled()) + "; use --comm mpi or local (host-staged collectives)");
 }
 
-std::unique_ptr<DeviceComm> make_nccl_comm_on(gpuStream_t, int, const std::string&, int, int) {
+std::unique_ptr<DeviceComm> make_nccl_comm_on(gpuStream_t, gpuStream_t, int, const std::string&, int, int) {
   throw std::runtime_error(std::string(nccl_compiled()) + "; use --comm mpi or local (host-staged collectives)");
 }
 

@@ -39,9 +39,10 @@ __global__ void silu_mul_kernel(float* y, const float* g, const float* u, int64_
   }
 }
 
-__global__ void fill_kernel(void* dst, int code, int64_t n, float lo, float hi, uint64_t seed) {
+__global__ void fill_kernel(void* dst, int code, int64_t n, uint64_t cols, uint64_t stride, uint64_t first, float lo,
+                            float hi, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    fill_one(dst, code, uint64_t(i), lo, hi, seed);
+    fill_one(dst, code, uint64_t(i), fill_source_index(uint64_t(i), cols, stride, first), lo, hi, seed);
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
@@ -53,6 +54,10 @@ template <bool BF16>
 __global__ void embed_kernel(float* x, const void* table, const int32_t* ids, int64_t vocab, int64_t dim) {
   const int64_t t = blockIdx.x;
   int64_t id = ids[t];
+  if (id == -1) {  // vocab parallel: another rank's row
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) x[t * dim + i] = 0.0f;
+    return;
+  }
   if (id < 0 || id >= vocab) id = 0;  // the host checked the ids; never read out of bounds
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
     x[t * dim + i] = BF16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(table)[id * dim + i])
@@ -140,11 +145,14 @@ void launch_add(gpuStream_t s, float* x, const float* y, int64_t n) {
   MX_LAUNCH(add_kernel, dim3(blocks_for(n)), dim3(kBlock), 0, s, x, y, n);
   MX_GPU_LAUNCHED("add_kernel");
 }
-void launch_fill_uniform(gpuStream_t s, void* dst, DType dtype, size_t n, float lo, float hi, uint64_t seed) {
+void launch_fill_uniform(gpuStream_t s, void* dst, DType dtype, size_t rows, size_t cols, size_t stride,
+                         uint64_t first, float lo, float hi, uint64_t seed) {
   const int code = fill_code(dtype);
   if (code < 0) throw std::runtime_error("gpu fill_uniform: unsupported dtype");
+  const int64_t n = int64_t(rows * cols);
   if (n == 0) return;
-  MX_LAUNCH(fill_kernel, dim3(blocks_for(int64_t(n))), dim3(kBlock), 0, s, dst, code, int64_t(n), lo, hi, seed);
+  MX_LAUNCH(fill_kernel, dim3(blocks_for(n)), dim3(kBlock), 0, s, dst, code, n, uint64_t(cols), uint64_t(stride),
+            first, lo, hi, seed);
   MX_GPU_LAUNCHED("fill_kernel");
 }
 void launch_embed(gpuStream_t s, float* x, const DevWeight& table, const int32_t* ids, int64_t T) {

@@ -16,22 +16,29 @@ constexpr double kEmbedBytes = 2.0;  // embeddings and lm_head stay bf16
 double link_bw(const Hardware& hw) { return hw.link_gbs * 1e9 * hw.link_eff; }
 double mem_bw(const Hardware& hw) { return hw.mem_bw_gbs * 1e9 * hw.bw_eff; }
 
-// Communication of `tokens` tokens through all layers of one replica.
+// Communication of `tokens` tokens through all layers of one replica, priced
+// from the same per-collective byte counts mxserve's collectives send
+// (comm_bytes, at kActBytes per activation): each collective moves its bytes
+// summed over the P ranks, so a rank's link carries 1/P of them, plus the
+// collective's latency terms (a ring allreduce 2 (P-1) steps, an all-to-all or
+// allgather P-1).
 double comm_s(const ModelShape& m, const Hardware& hw, const Layout& l, double tokens) {
   if (tokens <= 0) return 0;
-  const double act = tokens * m.hidden * kActBytes;
+  const CommBytes c = comm_bytes(m, l, kActBytes);
   const int dense_layers = m.layers - m.moe_layers;
+  const double lat = hw.link_latency_us * 1e-6;
   double t = 0;
   if (l.tp > 1) {
-    // Attention of every layer, and FFNs that are tp-split (dense layers; MoE layers when ep = 1).
+    // Attention of every layer, FFNs that are tp-split (dense layers; MoE
+    // layers when ep = 1), and the vocab-parallel embedding once.
     const int allreduces = m.layers + dense_layers + (l.ep == 1 ? m.moe_layers : 0);
-    t += allreduces * allreduce_s(act, l.tp, hw);
+    t += allreduces * (tokens * c.attn_allreduce / l.tp / link_bw(hw) + 2.0 * (l.tp - 1) * lat);
+    t += tokens * c.embed_allreduce / l.tp / link_bw(hw) + 2.0 * (l.tp - 1) * lat;
   }
   if (l.ep > 1 && m.moe_layers > 0) {
-    // Each rank dispatches its 1/tp share of the tokens to top_k experts and
-    // combines them back: 2 all-to-alls per MoE layer.
-    const double per_rank = tokens / l.tp * m.top_k * m.hidden * kActBytes;
-    t += 2.0 * m.moe_layers * all_to_all_s(per_rank, l.ep, hw);
+    // Per MoE layer: dispatch and combine all-to-alls and the owners' output allgather.
+    const int P = std::max(l.tp, l.ep);
+    t += m.moe_layers * (tokens * (c.moe_all_to_all + c.moe_allgather) / P / link_bw(hw) + 3.0 * (P - 1) * lat);
   }
   return t;
 }
@@ -56,7 +63,7 @@ double all_to_all_s(double bytes, int n, const Hardware& hw) {
 CommBytes comm_bytes(const ModelShape& m, const Layout& l, double act_bytes) {
   CommBytes c;
   const double row = double(m.hidden) * act_bytes;
-  if (l.tp > 1) c.attn_allreduce = c.ffn_allreduce = 2.0 * (l.tp - 1) * row;
+  if (l.tp > 1) c.attn_allreduce = c.ffn_allreduce = c.embed_allreduce = 2.0 * (l.tp - 1) * row;
   // Expert parallel runs over the replica's ranks (mxserve: ep is 1 or the group size).
   const int P = std::max(l.tp, l.ep);
   if (l.ep > 1 && m.moe_layers > 0) {
@@ -68,7 +75,7 @@ CommBytes comm_bytes(const ModelShape& m, const Layout& l, double act_bytes) {
 
 double CommBytes::per_token(const ModelShape& m, const Layout& l) const {
   const int dense = m.layers - m.moe_layers;
-  return m.layers * attn_allreduce + (dense + (l.ep == 1 ? m.moe_layers : 0)) * ffn_allreduce +
+  return embed_allreduce + m.layers * attn_allreduce + (dense + (l.ep == 1 ? m.moe_layers : 0)) * ffn_allreduce +
          m.moe_layers * (moe_all_to_all + moe_allgather);
 }
 

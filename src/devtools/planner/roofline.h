@@ -70,13 +70,15 @@ double gemm_efficiency(const Hardware& hw, double width);       // mm_eff * w / 
 // wire: mxserve's collectives send f32 (4); the time model above assumes bf16 (2).
 // The all-to-all assumes uniform routing ((P-1)/P of the k rows leave their
 // owner); the vocab-parallel logits allgather, (P-1) * vocab * 4 bytes per
-// logit row, and the batch broadcast are per forward, not per layer, and not here.
+// logit row, and the batch broadcast are per forward, not per token, and not here.
+// The planner's time model (predict: comm_s) prices these same counts.
 struct CommBytes {
   double attn_allreduce = 0;  // every layer, tp > 1: 2 (tp - 1) * hidden * act_bytes
   double ffn_allreduce = 0;   // dense layers, and MoE layers when ep == 1
   double moe_all_to_all = 0;  // MoE layers, ep > 1: dispatch + combine, 2 k (P-1)/P * hidden * act_bytes
   double moe_allgather = 0;   // MoE layers, ep > 1: the owners' outputs, (P-1) * hidden * act_bytes
-  double per_token(const ModelShape& m, const Layout& l) const;  // all layers
+  double embed_allreduce = 0;  // once per token, tp > 1: the vocab-parallel embedding, 2 (tp - 1) * hidden * act_bytes
+  double per_token(const ModelShape& m, const Layout& l) const;  // all layers and the embedding
 };
 CommBytes comm_bytes(const ModelShape& m, const Layout& l, double act_bytes);
 
