@@ -17,6 +17,8 @@
 #     bench.txt      copy bandwidth (the roofline), GEMV / MoE GEMM bandwidth and
 #                    its fraction of the copy's, prefill GEMM (bench_backend), for
 #                    the medium synthetic MoE's, GLM-4.5-Air's and DeepSeek-V3's shapes
+#     nccl.txt       --tp 1 --comm nccl (the NCCL device communicator, one rank) vs
+#                    --tp 1 without it: the self-check line and the same greedy ids
 #     decode.txt     the medium synthetic GLM-4.5 MoE (bf16 and MXFP4): greedy tokens
 #                    on the GPU (with and without --gpu-graphs) vs the CPU backend,
 #                    decode tok/s and GB/s with and without graphs
@@ -111,6 +113,22 @@ run() {
   awk '/32 greedy tokens/ {h=$0; getline; while ($0 !~ /^[0-9]/ && (getline) > 0) {} ; print h ": " substr($0, 1, 80)}' \
     "$out/decode.txt" | tee -a "$out/summary.txt"
   grep -E "^== |generated .* tok/s|GB/s of weights" "$out/decode.txt" | tee -a "$out/summary.txt" || true
+
+  # 3b. The NCCL device communicator on one GPU (issue 23): --tp 1 --comm nccl
+  # must open libnccl.so.2, pass its self-check and give the ids of the run
+  # without it. libnccl (~250 MB) is not carried: it runs where the machine has it.
+  if [ "$BACKEND" = cuda ]; then
+    {
+      local ids="$(seq -s ' ' 1 16)" m=$models/bf16
+      echo "== nccl: --backend cuda --tp 1 (host-staged), 16 greedy tokens"
+      "$bin/mxserve" generate --model "$m" --prompt-ids "$ids" --max-tokens 16 --temperature 0 --backend cuda \
+        --tp 1 --print-ids 2>&1 | grep -v "no tuned kernel config"
+      echo "== nccl: --backend cuda --tp 1 --comm nccl, 16 greedy tokens"
+      "$bin/mxserve" generate --model "$m" --prompt-ids "$ids" --max-tokens 16 --temperature 0 --backend cuda \
+        --tp 1 --comm nccl --print-ids 2>&1 | grep -v "no tuned kernel config"
+    } >"$out/nccl.txt" 2>&1 || echo "nccl step failed (see nccl.txt)" | tee -a "$out/summary.txt"
+    grep -E "^== |device communicator|^[0-9]|rror" "$out/nccl.txt" | tee -a "$out/summary.txt" || true
+  fi
   rm -rf "$models"
 
   # 4. GLM-4.5-Air's shape, weights made on the device: decode speed, then the
