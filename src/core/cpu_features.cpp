@@ -74,12 +74,21 @@ const char* isa_name(Isa i) {
   return "?";
 }
 
+bool isa_supported(Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case Isa::Scalar: return true;
+    case Isa::Avx2: return f.avx2 && f.fma;
+    case Isa::Avx512: return f.avx512f && f.avx512bw && f.avx512vl;
+    default: return false;  // GPU architectures: backends/backend.h
+  }
+}
+
 Isa best_isa() {
   static const Isa isa = [] {
-    const auto& f = cpu_features();
     Isa hw = Isa::Scalar;
-    if (f.avx2) hw = Isa::Avx2;
-    if (f.avx512f && f.avx512bw && f.avx512vl) hw = Isa::Avx512;
+    if (isa_supported(Isa::Avx2)) hw = Isa::Avx2;
+    if (isa_supported(Isa::Avx512)) hw = Isa::Avx512;
     if (const char* env = std::getenv("MXSERVE_ISA")) {
       const std::optional<Isa> parsed = isa_from_name(env);
       if (!parsed || is_gpu_isa(*parsed)) fail("MXSERVE_ISA={} is not one of scalar, avx2, avx512", env);

@@ -21,6 +21,9 @@ struct CpuFeatures {
 
 const CpuFeatures& cpu_features();
 Isa best_isa();            // highest usable ISA, honouring MXSERVE_ISA
+// Whether this CPU runs the kernels of a CPU ISA (AVX2 means AVX2 + FMA; AVX-512
+// means F + BW + VL); false for the GPU architectures.
+bool isa_supported(Isa isa);
 const char* isa_name(Isa);
 // "scalar", "avx2", "avx512", "sm80", "sm90", "gfx90a", "gfx940", "gfx1030"
 std::optional<Isa> isa_from_name(std::string_view name);

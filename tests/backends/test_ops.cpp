@@ -9,7 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
+#include "backends/cpu/activation.h"
 
 namespace {
 
@@ -80,6 +82,44 @@ TEST(Ops, AddBias) {
       EXPECT_EQ(xf[r * dim + i], x[r * dim + i] + b[i]);
       EXPECT_EQ(xb[r * dim + i], x[r * dim + i] + bf16_to_f32(bb[i]));
     }
+}
+
+// silu_mul on every ISA this CPU has (activation.h): within a few ulps of the
+// double-precision value over the range activations take, each element's bits
+// independent of where it sits (vector body or tail, any n or offset), the
+// saturated ends and NaN as the formula gives them.
+TEST(Ops, SiluMulOnEveryIsa) {
+  std::vector<Isa> isas{Isa::Scalar};
+  for (Isa i : {Isa::Avx2, Isa::Avx512})
+    if (isa_supported(i)) isas.push_back(i);
+  std::mt19937 rng(5);
+  const int64_t n = 4099;
+  std::vector<float> g = random_vec(n, rng, -30, 30), u = random_vec(n, rng, -2, 2);
+  g[0] = 0.0f, g[1] = -0.0f, g[2] = 100.0f, g[3] = -100.0f, g[4] = 1e-30f, g[5] = -1e-30f;
+  for (Isa isa : isas) {
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<float> y(n);
+    silu_mul_isa(isa, y.data(), g.data(), u.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * double(u[i]);
+      ASSERT_NEAR(y[i], ref, 4e-7 * std::fabs(ref) + 1e-30) << "g " << g[i] << " u " << u[i];
+    }
+    EXPECT_EQ(y[2], 100.0f * u[2]);
+    // Any cut: the same bits per element.
+    for (int64_t off : {1, 7, 15, 16, 17}) {
+      const int64_t len = n - off - 3;
+      std::vector<float> z(len);
+      silu_mul_isa(isa, z.data(), g.data() + off, u.data() + off, len);
+      ASSERT_EQ(0, std::memcmp(z.data(), y.data() + off, size_t(len) * 4)) << off;
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float gn[3] = {nan, 1.0f, -1.0f}, un[3] = {1.0f, nan, 0.0f};
+    float yn[3];
+    silu_mul_isa(isa, yn, gn, un, 3);
+    EXPECT_TRUE(std::isnan(yn[0]));
+    EXPECT_TRUE(std::isnan(yn[1]));
+    EXPECT_EQ(yn[2], -0.0f);
+  }
 }
 
 TEST(Ops, SiluMulAndAdd) {

@@ -68,8 +68,11 @@ class CpuBackend final : public Backend {
   void rmsnorm_strided(float* y, const float* x, const float* w, int64_t rows, int dim, int64_t stride,
                        float eps) override {
     const Tensor wt(DType::F32, {dim}, const_cast<float*>(w));
-    if (stride == dim) return mx::rmsnorm(y, x, wt, rows, dim, eps);
-    for (int64_t r = 0; r < rows; ++r) mx::rmsnorm(y + r * stride, x + r * stride, wt, 1, dim, eps);
+    // Rows are independent: a prefill's rows over the pool.
+    pool_.parallel_for(rows, [&](int64_t b, int64_t e) {
+      if (stride == dim) return mx::rmsnorm(y + b * dim, x + b * dim, wt, e - b, dim, eps);
+      for (int64_t r = b; r < e; ++r) mx::rmsnorm(y + r * stride, x + r * stride, wt, 1, dim, eps);
+    }, std::max<int64_t>(1, kElementGrain / std::max(dim, 1)));
   }
   void copy_rows(float* dst, int64_t ds, const float* src, int64_t ss, int64_t rows, int64_t width) override {
     for (int64_t r = 0; r < rows; ++r) std::memmove(dst + r * ds, src + r * ss, width * sizeof(float));
@@ -100,8 +103,14 @@ class CpuBackend final : public Backend {
   void add_bias(float* x, const float* b, int64_t rows, int dim) override {
     mx::add_bias(x, Tensor(DType::F32, {dim}, const_cast<float*>(b)), rows, dim);
   }
-  void silu_mul(float* y, const float* g, const float* u, int64_t n) override { mx::silu_mul(y, g, u, n); }
-  void add(float* x, const float* y, int64_t n) override { add_inplace(x, y, n); }
+  // Element-wise: a prefill's worth over the pool, a decode step's on the
+  // calling thread (kElementGrain).
+  void silu_mul(float* y, const float* g, const float* u, int64_t n) override {
+    elementwise(n, [&](int64_t b, int64_t e) { mx::silu_mul(y + b, g + b, u + b, e - b); });
+  }
+  void add(float* x, const float* y, int64_t n) override {
+    elementwise(n, [&](int64_t b, int64_t e) { add_inplace(x + b, y + b, e - b); });
+  }
   void embed(float* x, const DevWeight& table, const int32_t* ids, int64_t T) override {
     MX_CHECK(table.dtype == DType::F32 || table.dtype == DType::BF16, "embed: {} table", dtype_name(table.dtype));
     const int64_t D = table.in;
@@ -212,6 +221,14 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Elements below which a parallel loop's hand-off costs more than it saves
+  // (a decode step's SwiGLU of a few thousand elements stays on one thread).
+  static constexpr int64_t kElementGrain = 16384;
+  template <class F>
+  void elementwise(int64_t n, F&& f) {
+    pool_.parallel_for(n, f, kElementGrain);  // ThreadPool::run: n <= grain runs inline
+  }
+
   static int64_t model_dim(const ExpertWeights& w) {
     for (const DevWeight& d : w.down)
       if (d.data) return d.out;

@@ -238,16 +238,6 @@ Kernels scalar_kernels() {
 
 namespace {
 
-bool isa_supported(Isa isa) {
-  const CpuFeatures& f = cpu_features();
-  switch (isa) {
-    case Isa::Scalar: return true;
-    case Isa::Avx2: return f.avx2 && f.fma;
-    case Isa::Avx512: return f.avx512f && f.avx512bw && f.avx512vl;
-    default: return false;  // GPU architectures: backends/backend.h
-  }
-}
-
 const Kernels& kernels(Isa isa) {
   static const Kernels k[3] = {scalar_kernels(), avx2_kernels(cpu_features().avx_vnni),
                                avx512_kernels()};

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "backends/cpu/activation.h"
 
 namespace mx {
 
@@ -71,7 +72,16 @@ void add_bias(float* x, const Tensor& b, int64_t rows, int64_t dim) {
   });
 }
 
-void silu_mul(float* y, const float* g, const float* u, int64_t n) {
+void silu_mul(float* y, const float* g, const float* u, int64_t n) { silu_mul_isa(best_isa(), y, g, u, n); }
+
+void silu_mul_isa(Isa isa, float* y, const float* g, const float* u, int64_t n) {
+  MX_CHECK(isa_supported(isa), "silu_mul: ISA {} is not supported by this CPU", isa_name(isa));
+  static const activation_detail::SiluMulFn avx512 =
+      isa_supported(Isa::Avx512) ? activation_detail::avx512_silu_mul() : nullptr;
+  static const activation_detail::SiluMulFn avx2 =
+      isa_supported(Isa::Avx2) ? activation_detail::avx2_silu_mul() : nullptr;
+  if (isa == Isa::Avx512) return avx512(y, g, u, n);
+  if (isa == Isa::Avx2) return avx2(y, g, u, n);
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 

@@ -12,7 +12,7 @@ void rmsnorm(float* y, const float* x, const Tensor& w, int64_t rows, int64_t di
 // x[r] += b for each row (bias of a Linear); b F32 or BF16 of length dim.
 void add_bias(float* x, const Tensor& b, int64_t rows, int64_t dim);
 
-// y = silu(g) * u, n elements (SwiGLU).
+// y = silu(g) * u, n elements (SwiGLU), on best_isa() (activation.h).
 void silu_mul(float* y, const float* g, const float* u, int64_t n);
 
 // x += y, n elements.
