@@ -3,6 +3,8 @@
 // matmul_bf16dot_avx512.cpp); include only from files compiled with -mavx512f.
 #include <immintrin.h>
 
+#include <cstdint>
+
 #define MX_INLINE inline __attribute__((always_inline))
 
 namespace mx::matmul_detail::avx512 {
@@ -19,6 +21,66 @@ inline float hsum(__m512 v) {
   __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
   return _mm_cvtss_f32(s1);
+}
+
+// hsum of 16 vectors at once, lane i of the result = hsum(v[i]) bitwise: the same
+// additions with the same operands as hsum's tree, done on vectors that hold two,
+// four, then eight accumulators' partial sums side by side (45 shuffles and adds
+// instead of 16 x 8). Stage k adds the halves hsum adds at level k: 256-bit
+// halves (s8), 128-bit quarters (s4), pairs within a quarter (s2), neighbours (s1).
+MX_INLINE __m512 hsum16(const __m512* v) {
+  __m512 b[8], c[4], d[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)  // quarters 0-1: v[2i].s8, quarters 2-3: v[2i+1].s8
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j)  // quarter m: v[4j+m].s4
+    c[j] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * j], b[2 * j + 1], 0x88),
+                         _mm512_shuffle_f32x4(b[2 * j], b[2 * j + 1], 0xDD));
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k)  // quarter m: v[8k+m].s2, v[8k+4+m].s2
+    d[k] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0x44),
+                         _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0xEE));
+  // lane 4m + k: v[4k + m]
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
+}
+
+// The same for 8 vectors: lane i of the result = hsum(v[i]).
+MX_INLINE __m256 hsum8(const __m512* v) {
+  __m512 b[4], c[2];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+#pragma GCC unroll 2
+  for (int j = 0; j < 2; ++j)
+    c[j] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * j], b[2 * j + 1], 0x88),
+                         _mm512_shuffle_f32x4(b[2 * j], b[2 * j + 1], 0xDD));
+  const __m512 d = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x44), _mm512_shuffle_ps(c[0], c[1], 0xEE));
+  // lane 4m: v[m], lane 4m + 1: v[4 + m] (lanes 4m + 2, 4m + 3 repeat them)
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(d, d, 0x88), _mm512_shuffle_ps(d, d, 0xDD));
+  return _mm512_castps512_ps256(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), s));
+}
+
+// y[t * ld + r] = hsum(acc[t][r]): a tile's outputs, reduced 16 and 8 at a time.
+template <int TT, int R>
+MX_INLINE void store_hsums(float* y, int64_t ld, const __m512 (&acc)[TT][R]) {
+  constexpr int N = TT * R;
+  const __m512* v = &acc[0][0];
+  alignas(64) float s[(N + 15) / 16 * 16];
+  int i = 0;
+#pragma GCC unroll 4
+  for (; i + 16 <= N; i += 16) _mm512_store_ps(s + i, hsum16(v + i));
+  if (i + 8 <= N) _mm256_store_ps(s + i, hsum8(v + i)), i += 8;
+#pragma GCC unroll 8
+  for (; i < N; ++i) s[i] = hsum(v[i]);
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) y[t * ld + r] = s[t * R + r];
 }
 
 }  // namespace mx::matmul_detail::avx512

@@ -19,6 +19,7 @@ Kernels avx2_kernels(bool avx_vnni);
 namespace {
 
 using avx512::hsum;
+using avx512::store_hsums;
 using avx512::V;
 
 // Weight loaders: a full chunk of 16, and a zero-padded partial chunk, as f32.
@@ -127,10 +128,7 @@ MX_INLINE void dot_tile_w(const Args& a, const typename L::T* w, int64_t t0, int
            [&](const float* p) { return _mm512_maskz_loadu_ps(m, p + i); });
     }
   });
-#pragma GCC unroll 8
-  for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
+  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
 }
 
 template <class L, int TT, int R>
@@ -191,10 +189,7 @@ void stream_tile(const Args& a, int64_t t0, int64_t r0) {
             [m](const float* p) __attribute__((always_inline)) { return _mm512_maskz_loadu_ps(m, p); });
     }
   });
-#pragma GCC unroll 4
-  for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
+  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
 }
 
 template <class L>
@@ -294,10 +289,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
       }
     }
   }
-#pragma GCC unroll 8
-  for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
+  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
 }
 
 // GEMM: the tile's R rows are converted once per chunk of tokens (prep) into f32
@@ -475,8 +467,8 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-      a.y[(t0 + t) * a.out + r0 + r] = hsum(_mm512_permutexvar_ps(unperm, acc[t][r]));
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_permutexvar_ps(unperm, acc[t][r]);
+  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
 }
 
 struct Tiles {

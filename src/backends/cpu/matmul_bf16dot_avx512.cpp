@@ -19,7 +19,7 @@
 namespace mx::matmul_detail {
 namespace {
 
-using avx512::hsum;
+using avx512::store_hsums;
 
 constexpr int K = 32;  // bf16 elements per vdpbf16ps
 
@@ -83,10 +83,7 @@ void dot_tile(const Args& a, int64_t t0, int64_t r0) {
       return __m512bh(_mm512_maskz_loadu_epi16(m, p));
     });
   }
-#pragma GCC unroll 8
-  for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = hsum(acc[t][r]);
+  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
 }
 
 struct Tiles {
