@@ -300,14 +300,15 @@ TEST(Backend, CpuBackendMatchesReferences) {
     float* y = d.zeros<float>(T * out);
     b->matmul(y, d.put(x), d.weight(hw), T);
     const std::vector<float> got = d.get(y, T * out);
-    // BF16 weights may multiply activations rounded to bf16 (backends/cpu/matmul.h).
-    const bool round = dt == DType::BF16 && matmul_bf16_activations(best_isa());
+    // BF16 and FP8 weights may multiply activations rounded to bf16, FP8 ones
+    // then rounded to bf16 too (backends/cpu/matmul.h).
+    const bool round = (dt == DType::BF16 || dt == DType::F8_E4M3) && matmul_bf16_activations(best_isa());
+    auto r16 = [&](float v) { return round ? bf16_to_f32(f32_to_bf16(v)) : v; };
     double worst = 0;
     for (int64_t t = 0; t < T; ++t)
       for (int64_t o = 0; o < out; ++o) {
         double ref = 0;
-        for (int64_t i = 0; i < in; ++i)
-          ref += double(hw.ref[o * in + i]) * (round ? bf16_to_f32(f32_to_bf16(x[t * in + i])) : x[t * in + i]);
+        for (int64_t i = 0; i < in; ++i) ref += double(r16(hw.ref[o * in + i])) * r16(x[t * in + i]);
         worst = std::max(worst, std::fabs(ref - got[t * out + o]));
       }
     EXPECT_LT(worst, dt == DType::MXFP4 ? 0.3 : 1e-3) << dtype_name(dt);

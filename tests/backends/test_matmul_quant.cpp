@@ -355,13 +355,23 @@ TEST(MatmulQuant, Fp8MatchesReferenceAndDequantizedF32) {
       const float* dq = deq.t.as<float>();
       for (int64_t n : {1, 5, 17}) {
         std::vector<float> x = gaussian(size_t(n * s.in), rng);
+        // With bf16 activations (matmul_bf16_activations), the kernels take the
+        // dequantized weights rounded to bf16: the BF16 matmul of those.
+        std::vector<uint16_t> dq_bf16(size_t(s.out * s.in));
+        for (size_t i = 0; i < dq_bf16.size(); ++i) dq_bf16[i] = f32_to_bf16(dq[i]);
+        const Tensor deq_bf16(DType::BF16, {s.out, s.in}, dq_bf16.data());
+        auto bf16 = [](double v) { return double(bf16_to_f32(f32_to_bf16(float(v)))); };
         for (Isa isa : supported_isas()) {
-          const std::string what = label(isa_name(isa), s.out, s.in, n) + (with_scales ? "" : " unscaled");
+          const bool b16 = matmul_bf16_activations(isa);
+          const std::string what = label(isa_name(isa), s.out, s.in, n) + (with_scales ? "" : " unscaled") +
+                                   (b16 ? " bf16 activations" : "");
           std::vector<float> y(size_t(n * s.out), NAN), yf(y.size(), NAN);
           matmul_isa(isa, y.data(), x.data(), w.tensor(), n, pool2());
-          // The weights are formed exactly as dequantize_f32 forms them, then the F32 scheme.
-          matmul_isa(isa, yf.data(), x.data(), deq.t, n, pool2());
-          EXPECT_EQ(0, std::memcmp(y.data(), yf.data(), y.size() * 4)) << what << " vs F32 of dequantized";
+          // The weights are formed exactly as dequantize_f32 forms them, then the F32
+          // scheme (or rounded to bf16, then the BF16 one).
+          matmul_isa(isa, yf.data(), x.data(), b16 ? deq_bf16 : deq.t, n, pool2());
+          EXPECT_EQ(0, std::memcmp(y.data(), yf.data(), y.size() * 4))
+              << what << " vs " << (b16 ? "BF16" : "F32") << " of dequantized";
           for (int64_t t = 0; t < n; ++t)
             for (int64_t o = 0; o < s.out; ++o) {
               double ref = 0, mag = 0;
@@ -370,7 +380,9 @@ TEST(MatmulQuant, Fp8MatchesReferenceAndDequantizedF32) {
                 double wv = fp8e4m3_to_f32(w.codes[size_t(o * s.in + i)]);
                 if (with_scales) wv *= w.scales[size_t((o / 128) * ((s.in + 127) / 128) + i / 128)];
                 EXPECT_EQ(float(wv), dq[o * s.in + i]);
-                const double p = wv * x[size_t(t * s.in + i)];
+                double xv = x[size_t(t * s.in + i)];
+                if (b16) wv = bf16(float(wv)), xv = bf16(xv);
+                const double p = wv * xv;
                 ref += p;
                 mag += std::fabs(p);
               }

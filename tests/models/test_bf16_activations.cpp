@@ -1,12 +1,15 @@
 // What rounding activations to bf16 (the AVX512-BF16 matmul kernels,
-// backends/cpu/matmul.h) costs a bf16 model: the next-token distributions against
-// the f32-activation product, per family, as KL divergence and top-1 agreement.
+// backends/cpu/matmul.h) costs a bf16 model, and a block-FP8 one (whose weights
+// those kernels also round to bf16 after the block scale): the next-token
+// distributions against the f32-activation product, per family, as KL divergence
+// and top-1 agreement.
 // The kernels' own arithmetic is checked in tests/backends/test_matmul.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 
+#include "convert/quantizer.h"
 #include "engine/generate.h"
 #include "f32_activations.h"
 #include "models/model.h"
@@ -36,9 +39,16 @@ double kl_of_logits(const float* p_logits, const float* q_logits, size_t V) {
 
 size_t argmax(const float* l, size_t V) { return size_t(std::max_element(l, l + V) - l); }
 
-class Bf16Activations : public ::testing::TestWithParam<const char*> {};
+class Bf16Activations : public ::testing::TestWithParam<const char*> {
+ protected:
+  // The synthetic bf16 model of the family, or its FP8 quantization.
+  void check(bool fp8);
+};
 
-TEST_P(Bf16Activations, KeepTheF32ProductsPredictions) {
+TEST_P(Bf16Activations, KeepTheF32ProductsPredictions) { check(false); }
+TEST_P(Bf16Activations, KeepTheF32ProductsPredictionsOnFp8Weights) { check(true); }
+
+void Bf16Activations::check(bool fp8) {
   if (!matmul_bf16_activations(best_isa()))
     GTEST_SKIP() << "SKIPPED: BF16 matmuls take f32 activations here (no AVX512-BF16, or "
                     "MXSERVE_BF16_ACTIVATIONS=0): " << cpu_features_string();
@@ -47,8 +57,16 @@ TEST_P(Bf16Activations, KeepTheF32ProductsPredictions) {
   spec.arch = GetParam();
   spec.dtype = DType::BF16;
   spec.seed = 5;
-  write_synthetic_model(d.path().string(), spec);
-  auto model = load_model(d.path().string());
+  write_synthetic_model((d.path() / "bf16").string(), spec);
+  std::string dir = (d.path() / "bf16").string();
+  if (fp8) {
+    QuantizeOptions q;
+    q.method = QuantMethod::Fp8Block;
+    const QuantizeReport r = quantize_checkpoint(dir, (d.path() / "fp8").string(), q);
+    ASSERT_GT(r.quantized, 0);
+    dir = (d.path() / "fp8").string();
+  }
+  auto model = load_model(dir);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 48; ++i) prompt.push_back(int32_t((i * 37 + 11) % 300 + 1));
   const std::vector<float> rounded = prompt_logits(*model, prompt, true, 16);
@@ -67,8 +85,8 @@ TEST_P(Bf16Activations, KeepTheF32ProductsPredictions) {
     kl_max = std::max(kl_max, kl);
     same_top1 += argmax(&exact[t * V], V) == argmax(&rounded[t * V], V);
   }
-  std::printf("[ bf16 act ] %-12s %zu positions: mean KL %.3g nats, max %.3g, top-1 agreement %zu/%zu\n",
-              GetParam(), T, kl_sum / double(T), kl_max, same_top1, T);
+  std::printf("[ bf16 act ] %-12s %s %zu positions: mean KL %.3g nats, max %.3g, top-1 agreement %zu/%zu\n",
+              GetParam(), fp8 ? "fp8 " : "bf16", T, kl_sum / double(T), kl_max, same_top1, T);
   // Measured on AMD EPYC (Zen 4): mean KL ~1e-5 nats.
   EXPECT_LT(kl_sum / double(T), 1e-3) << GetParam();
   EXPECT_GE(double(same_top1), 0.9 * double(T)) << GetParam();

@@ -257,7 +257,7 @@ const DtypeKernels* dtype_kernels(const Kernels& k, DType dt, bool bf16_act = fa
     case DType::F32: return &k.f32;
     case DType::BF16: return bf16_act && k.bf16_dot.ok() ? &k.bf16_dot : &k.bf16;
     case DType::MXFP4: return &k.mxfp4;
-    case DType::F8_E4M3: return &k.fp8;
+    case DType::F8_E4M3: return bf16_act && k.fp8_dot.ok() ? &k.fp8_dot : &k.fp8;
     default: return nullptr;
   }
 }
@@ -289,9 +289,9 @@ void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tens
     qa = quantize_activations(x, n_tokens, a.in, dk->mx_order, dk->mx_quant, pool);
     a.qa = &qa;
     a.x_row_bytes = qa.q_stride + qa.nbp * 8;
-  } else if (w.dtype == DType::F8_E4M3) {
-    a.scale_cols = (a.in + 127) / 128;
-  } else if (dk->bf16_act) {
+  }
+  if (w.dtype == DType::F8_E4M3) a.scale_cols = (a.in + 127) / 128;
+  if (dk->bf16_act) {
     a.xb_stride = (a.in + 31) / 32 * 32;
     a.xb = bf16_activations(x, n_tokens, a.in, a.xb_stride, dk->bf16_act, pool);
     a.x_row_bytes = a.xb_stride * 2;

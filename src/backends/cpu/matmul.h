@@ -8,7 +8,9 @@
 //     quantized per token to int8 in blocks of 32 (scale amax/127), once per call,
 //     and the kernels take exact integer dot products per block;
 //   F8_E4M3: w.scales = f32 [ceil(out/128), ceil(in/128)] (DeepSeek block FP8:
-//     W = fp8 * scale[o/128][i/128]), or null for scale 1.
+//     W = fp8 * scale[o/128][i/128]), or null for scale 1. With bf16 activations
+//     (matmul_bf16_activations) W is also rounded to bf16, as vLLM's CPU path
+//     dequantizes block FP8 to bf16.
 // The accumulation order of every path is documented in matmul_impl.h.
 //
 // Batch invariance contract: row t of y is bitwise identical whatever n_tokens,
@@ -50,9 +52,9 @@ void matmul_with_config(Isa isa, const KernelConfig& cfg, float* y, const float*
 // ISA has no kernel for dtype; one entry when nothing is tunable (scalar).
 std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype);
 
-// Whether BF16 weights on `isa` multiply activations rounded to bf16 (to nearest
-// even) rather than the f32 activations: true for AVX-512 on CPUs with AVX512-BF16
-// (vdpbf16ps, twice the multiply-adds per instruction), unless switched off by the
+// Whether BF16 and F8_E4M3 weights on `isa` multiply activations rounded to bf16
+// (to nearest even) rather than the f32 activations: true for AVX-512 on CPUs with
+// AVX512-BF16 (vdpbf16ps, twice the multiply-adds per instruction), unless switched off by the
 // environment (MXSERVE_BF16_ACTIVATIONS=0) or set_matmul_bf16_activations(false). As
 // llama.cpp and oneDNN do for bf16 models; the batch-invariance contract holds
 // either way (matmul_impl.h). The setting is process-wide; change it only while no

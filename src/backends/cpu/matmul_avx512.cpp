@@ -10,6 +10,7 @@
 
 #include "core/cpu_features.h"
 #include "backends/cpu/avx512_common.h"
+#include "backends/cpu/fp8_avx512.h"
 #include "backends/cpu/matmul_impl.h"
 
 namespace mx::matmul_detail {
@@ -47,31 +48,18 @@ struct Bf16W {
   }
 };
 
-// F8_E4M3 -> f32 through f16, exactly: sign-extending the byte and shifting it left
-// by 7 puts S.EEEE.MMM at f16 bits 15, 13..10, 9..7 (bit 14, a copy of S, is
-// cleared), i.e. the e4m3 value times 2^-8, subnormals included; vcvtph2ps widens it
-// exactly. The 2^8 is folded into the block scale (s * 256, exact), so the weight is
-// fp8 * s rounded once, as dequantize_f32 computes it. 0x7f / 0xff become NaN.
+// F8_E4M3 (fp8_avx512.h): fp8 * s, rounded once, as dequantize_f32 computes it.
 struct Fp8W {
   using T = uint8_t;
   static constexpr int64_t kBlock = 128;
-  static MX_INLINE __m512 cvt(__m128i b) {
-    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7),
-                                       _mm256_set1_epi16(int16_t(0xBFFF)));
-    const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_or_si128(b, _mm_set1_epi8(int8_t(0x80))),
-                                              _mm_set1_epi8(-1));
-    return _mm512_mask_mov_ps(_mm512_cvtph_ps(h), nan, _mm512_set1_ps(__builtin_nanf("")));
-  }
   static MX_INLINE __m512 load(const uint8_t* p, __m512 s) {
-    return _mm512_mul_ps(cvt(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), s);
+    return avx512::fp8_cvt16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), s);
   }
   static MX_INLINE __m512 load_tail(const uint8_t* p, __mmask16 m, __m512 s) {
-    return _mm512_mul_ps(cvt(_mm_maskz_loadu_epi8(m, p)), s);
+    return avx512::fp8_cvt16(_mm_maskz_loadu_epi8(m, p), s);
   }
-  // Block scale of (row, column block kb), times 2^8 (see above).
   static MX_INLINE __m512 scale(const Args& a, int64_t row, int64_t kb) {
-    const float* s = static_cast<const float*>(a.scales);
-    return _mm512_set1_ps((s ? s[(row >> 7) * a.scale_cols + kb] : 1.0f) * 256.0f);
+    return avx512::fp8_scale(a.scales, a.scale_cols, row, kb);
   }
 };
 
@@ -223,18 +211,7 @@ struct FloatVariants {
 namespace fp8 {
 
 MX_INLINE void cvt32(const uint8_t* p, __m512 s, __m512& lo, __m512& hi) {
-  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m512i h = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(b), 7),
-                                     _mm512_set1_epi16(int16_t(0xBFFF)));
-  lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), s);
-  hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), s);
-  const __mmask32 nan = _mm256_cmpeq_epi8_mask(_mm256_or_si256(b, _mm256_set1_epi8(int8_t(0x80))),
-                                               _mm256_set1_epi8(-1));
-  if (__builtin_expect(nan != 0, 0)) {
-    const __m512 q = _mm512_set1_ps(__builtin_nanf(""));
-    lo = _mm512_mask_mov_ps(lo, __mmask16(nan), q);
-    hi = _mm512_mask_mov_ps(hi, __mmask16(nan >> 16), q);
-  }
+  avx512::fp8_cvt32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), s, lo, hi);
 }
 
 // y[t0 .. t0+TT, r0 .. r0+R); PF: software prefetch a.prefetch bytes ahead on each
@@ -536,7 +513,7 @@ Kernels avx512_kernels() {
   Kernels k;
   k.f32 = FloatVariants<F32W>::kernels();
   k.bf16 = FloatVariants<Bf16W>::kernels();
-  if (cpu_features().avx512bf16) k.bf16_dot = avx512_bf16dot_kernels();
+  if (cpu_features().avx512bf16) k.bf16_dot = avx512_bf16dot_kernels(), k.fp8_dot = avx512_fp8dot_kernels();
   k.fp8 = {nullptr, fp8::kGemv, fp8::kGemm};
   if (cpu_features().avx512vnni) k.mxfp4 = {nullptr, mx4::kGemv, mx4::kGemm, mx4::kOrder, mx4::quantize_row};
   else k.mxfp4 = avx2_kernels(cpu_features().avx_vnni).mxfp4;

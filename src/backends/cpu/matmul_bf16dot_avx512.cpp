@@ -1,19 +1,25 @@
-// BF16 weights times bf16 activations on AVX512-BF16 (vdpbf16ps): 32 multiply-adds
-// per instruction, weights fed straight from memory with no widening. The
-// accumulation scheme and why it keeps batch invariance: matmul_impl.h ("BF16
-// weights with bf16 activations"). Intel SDM, VDPBF16PS / VCVTNE2PS2BF16.
+// BF16 and F8_E4M3 weights times bf16 activations on AVX512-BF16 (vdpbf16ps): 32
+// multiply-adds per instruction. The accumulation scheme and why it keeps batch
+// invariance: matmul_impl.h ("Weights with bf16 activations"). Intel SDM,
+// VDPBF16PS / VCVTNE2PS2BF16.
 //
 // Why: the f32-activation kernels widen each weight (vpmovzxwd + vpslld) before an
 // FMA of 16 lanes, two extra uops per 16 weights on the ports the FMAs use; here a
 // 64-byte load feeds one instruction of 32 products, so prefill does twice the
 // multiply-adds per instruction and decode keeps fewer uops in flight per line.
+// FP8 weights are dequantized to bf16 (fp8 * block scale, rounded once to f32 as
+// dequantize_f32 does, then to bf16) on the fly in the GEMV and once per chunk of
+// tokens for a GEMM tile's rows, as vLLM's CPU path dequantizes block FP8 to bf16.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "core/tensor.h"
 #include "backends/cpu/avx512_common.h"
+#include "backends/cpu/fp8_avx512.h"
 #include "backends/cpu/matmul_impl.h"
 
 namespace mx::matmul_detail {
@@ -43,23 +49,66 @@ void round_row(const float* x, int64_t in, int64_t stride, uint16_t* dst) {
 
 MX_INLINE __m512bh load_bh(const uint16_t* p) { return __m512bh(_mm512_loadu_si512(p)); }
 
-// y[t0 .. t0+TT, r0 .. r0+R). PF: software prefetch a.prefetch bytes ahead on each
-// row, one 64-byte line per chunk (the GEMV tiles; as stream_tile in matmul_avx512.cpp).
-template <int TT, int R, bool PF>
-void dot_tile(const Args& a, int64_t t0, int64_t r0) {
+// Weight sources: R rows from r0, 32 elements at column i as bf16, or the row's
+// last in % 32 (mask m) with zeros past its end.
+struct Bf16Src {
+  using T = uint16_t;
+  const uint16_t* w;  // row r0
+  int64_t in;
+  MX_INLINE void block(int64_t) {}
+  MX_INLINE __m512bh load(int r, int64_t i) const { return load_bh(w + r * in + i); }
+  MX_INLINE __m512bh tail(int r, int64_t i, __mmask32 m) const {
+    return __m512bh(_mm512_maskz_loadu_epi16(m, w + r * in + i));
+  }
+};
+
+// FP8 rows dequantized as they are read: a 32-column chunk never straddles a
+// 128-column scale block, so block(i) refreshes the R scales every 4 chunks.
+template <int R>
+struct Fp8Src {
+  using T = uint8_t;
+  const uint8_t* w;
+  int64_t in;
+  const Args& a;
+  int64_t r0;
+  __m512 sc[R];
+  Fp8Src(const Args& args, int64_t row0)
+      : w(static_cast<const uint8_t*>(args.w) + row0 * args.in), in(args.in), a(args), r0(row0) {}
+  MX_INLINE void block(int64_t i) {
+    if (i & 127) return;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) sc[r] = avx512::fp8_scale(a.scales, a.scale_cols, r0 + r, i >> 7);
+  }
+  MX_INLINE __m512bh cvt(int r, __m256i b) const {
+    __m512 lo, hi;
+    avx512::fp8_cvt32(b, sc[r], lo, hi);
+    return _mm512_cvtne2ps_pbh(hi, lo);
+  }
+  MX_INLINE __m512bh load(int r, int64_t i) const {
+    return cvt(r, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * in + i)));
+  }
+  MX_INLINE __m512bh tail(int r, int64_t i, __mmask32 m) const { return cvt(r, _mm256_maskz_loadu_epi8(m, w + r * in + i)); }
+};
+
+// y[t0 .. t0+TT, r0 .. r0+R) from the weight source's rows. PF: software prefetch
+// a.prefetch bytes ahead on each row, one 64-byte line per chunk (the GEMV tiles;
+// as stream_tile in matmul_avx512.cpp).
+template <int TT, int R, bool PF, class Src>
+MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0) {
+  using T = typename Src::T;
   const int64_t in = a.in, xs = a.xb_stride;
-  const uint16_t* w = static_cast<const uint16_t*>(a.w) + r0 * in;
   const uint16_t* x = a.xb + t0 * xs;
-  const int64_t ahead = PF ? a.prefetch / 2 : 0;
+  const int64_t ahead = PF ? a.prefetch / int64_t(sizeof(T)) : 0;
   __m512 acc[TT][R];
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
   auto chunk = [&](int64_t i, auto load_w) __attribute__((always_inline)) {
+    src.block(i);
     __m512bh wv[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = load_w(w + r * in + i);
+    for (int r = 0; r < R; ++r) wv[r] = load_w(r, i);
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t) {
       const __m512bh xv = load_bh(x + t * xs + i);
@@ -69,42 +118,100 @@ void dot_tile(const Args& a, int64_t t0, int64_t r0) {
   };
   int64_t i = 0;
   for (; i + K <= in; i += K) {
-    if (PF && ahead > 0) {
+    if (PF && ahead > 0 && !((i * int64_t(sizeof(T))) & 63)) {
       // Near the end of the rows, the start of the next tile's rows instead.
-      const uint16_t* pf = w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
+      const T* pf = src.w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
     }
-    chunk(i, [](const uint16_t* p) __attribute__((always_inline)) { return load_bh(p); });
+    chunk(i, [&src](int r, int64_t j) __attribute__((always_inline)) { return src.load(r, j); });
   }
   if (i < in) {
     const __mmask32 m = __mmask32((uint64_t(1) << (in - i)) - 1);
-    chunk(i, [m](const uint16_t* p) __attribute__((always_inline)) {
-      return __m512bh(_mm512_maskz_loadu_epi16(m, p));
-    });
+    chunk(i, [&src, m](int r, int64_t j) __attribute__((always_inline)) { return src.tail(r, j, m); });
   }
   store_hsums(a.y + t0 * a.out + r0, a.out, acc);
 }
 
-struct Tiles {
+template <int TT, int R, bool PF>
+void bf16_tile(const Args& a, int64_t t0, int64_t r0) {
+  dot_rows<TT, R, PF>(a, Bf16Src{static_cast<const uint16_t*>(a.w) + r0 * a.in, a.in}, t0, r0);
+}
+
+template <int TT, int R, bool PF>
+void fp8_tile(const Args& a, int64_t t0, int64_t r0) {
+  dot_rows<TT, R, PF>(a, Fp8Src<R>(a, r0), t0, r0);
+}
+
+struct Bf16Tiles {
   template <int TT, int R>
   static void tile(const Args& a, int64_t t0, int64_t r0) {
-    dot_tile<TT, R, false>(a, t0, r0);
+    bf16_tile<TT, R, false>(a, t0, r0);
   }
 };
 
-// The shapes of the f32-activation BF16 kernels (so tuned entries keep naming a
+// FP8 GEMM: the tile's R rows are dequantized to bf16 once per chunk of tokens
+// (prep) into a per-thread buffer, with exactly Fp8Src's operations, then the
+// BF16 tiles run on it; rows left over by the tile shape use fp8_tile.
+namespace fp8 {
+
+thread_local Buffer t_rows;  // grow-only, R x in bf16
+
+template <int R>
+void prep(const Args& a, int64_t, int64_t r0) {
+  const size_t bytes = size_t(R * a.in) * 2;
+  if (t_rows.size() < bytes) t_rows = Buffer(std::max(bytes, t_rows.size() * 3 / 2));
+  uint16_t* dst = static_cast<uint16_t*>(t_rows.data());
+  Fp8Src<R> src(a, r0);
+  int64_t i = 0;
+  for (; i + K <= a.in; i += K) {
+    src.block(i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) _mm512_storeu_si512(dst + r * a.in + i, __m512i(src.load(r, i)));
+  }
+  if (i < a.in) {
+    const __mmask32 m = __mmask32((uint64_t(1) << (a.in - i)) - 1);
+    src.block(i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_epi16(dst + r * a.in + i, m, __m512i(src.tail(r, i, m)));
+  }
+}
+
+template <int TT, int R>
+void on_rows(const Args& a, int64_t t0, int64_t r0) {
+  dot_rows<TT, R, false>(a, Bf16Src{static_cast<const uint16_t*>(t_rows.data()), a.in}, t0, r0);
+}
+
+template <int TT, int R>
+constexpr Gemm gemm() {
+  return {TT, R, on_rows<TT, R>, on_rows<1, R>, fp8_tile<TT, 1, false>, fp8_tile<1, 1, false>, prep<R>};
+}
+
+}  // namespace fp8
+
+// The shapes of the f32-activation kernels (so tuned entries keep naming a
 // variant): GEMV 8 / 4 rows with 2- and 4-token tiles; GEMM 4 x 6 and 8 x 3
 // (TT x R accumulators + R weight vectors + 1 activation vector <= 32 zmm).
-constexpr Gemv kGemv[] = {
-    {8, dot_tile<1, 8, true>, dot_tile<2, 8, true>, in_subtiles<dot_tile<4, 4, true>, 4, 8>},
-    {4, dot_tile<1, 4, true>, dot_tile<2, 4, true>, dot_tile<4, 4, true>}};
-constexpr Gemm kGemm[] = {gemm_of<Tiles, 4, 6>(), gemm_of<Tiles, 8, 3>()};
+constexpr Gemv kBf16Gemv[] = {
+    {8, bf16_tile<1, 8, true>, bf16_tile<2, 8, true>, in_subtiles<bf16_tile<4, 4, true>, 4, 8>},
+    {4, bf16_tile<1, 4, true>, bf16_tile<2, 4, true>, bf16_tile<4, 4, true>}};
+constexpr Gemm kBf16Gemm[] = {gemm_of<Bf16Tiles, 4, 6>(), gemm_of<Bf16Tiles, 8, 3>()};
+
+constexpr Gemv kFp8Gemv[] = {
+    {8, fp8_tile<1, 8, true>, in_subtiles<fp8_tile<2, 4, true>, 4, 8>, in_subtiles<fp8_tile<4, 4, true>, 4, 8>},
+    {4, fp8_tile<1, 4, true>, fp8_tile<2, 4, true>, fp8_tile<4, 4, true>}};
+constexpr Gemm kFp8Gemm[] = {fp8::gemm<4, 6>(), fp8::gemm<8, 3>()};
 
 }  // namespace
 
 DtypeKernels avx512_bf16dot_kernels() {
-  DtypeKernels k{nullptr, kGemv, kGemm};
+  DtypeKernels k{nullptr, kBf16Gemv, kBf16Gemm};
+  k.bf16_act = round_row;
+  return k;
+}
+
+DtypeKernels avx512_fp8dot_kernels() {
+  DtypeKernels k{nullptr, kFp8Gemv, kFp8Gemm};
   k.bf16_act = round_row;
   return k;
 }

@@ -19,10 +19,16 @@
 //   F8_E4M3: W[o, i] is formed in f32 as fp8_to_f32(w) * scale[o/128][i/128], one
 //   rounding, exactly as quant/dequantize.cpp does (the block scale is applied to
 //   each 128-column block of weights, once per weight vector, before the FMAs), so
-//   an FP8 matmul is bitwise the F32 matmul of the dequantized weight on each ISA.
+//   an FP8 matmul is bitwise the F32 matmul of the dequantized weight on each ISA
+//   (with f32 activations; with bf16 ones, below).
 //
-// BF16 weights with bf16 activations (AVX512-BF16 CPUs, when the call asks for
-// them: matmul.h, Bf16Act; matmul_bf16dot_avx512.cpp):
+// BF16 and F8_E4M3 weights with bf16 activations (AVX512-BF16 CPUs, when the call
+// asks for them: matmul.h, Bf16Act; matmul_bf16dot_avx512.cpp). An F8_E4M3 weight
+// is first formed in f32 as above, then rounded to bf16 (vcvtne2ps2bf16: to
+// nearest even, f32 denormals to zero), so an
+// FP8 matmul is bitwise the BF16 matmul of its dequantized weight rounded to bf16;
+// the GEMV converts on the fly, a GEMM tile converts its rows once per chunk of
+// tokens, with the same operations. Then, for either dtype:
 //   The activations are rounded to bf16 once per call, per token row (round to
 //   nearest even, as vcvtne2ps2bf16 does: denormals flushed to zero), zero-padded
 //   to a multiple of 32. Every output owns one 16-lane accumulator starting at +0;
@@ -164,7 +170,8 @@ struct DtypeKernels {
 
 struct Kernels {
   DtypeKernels f32, bf16, mxfp4, fp8;
-  DtypeKernels bf16_dot;  // BF16 weights x bf16 activations; !ok() where the CPU has none
+  // BF16 / F8_E4M3 weights x bf16 activations; !ok() where the CPU has none.
+  DtypeKernels bf16_dot, fp8_dot;
 };
 
 // Tiles chosen for one call.
@@ -251,8 +258,9 @@ constexpr Gemm gemm_of() {
 Kernels scalar_kernels();
 Kernels avx2_kernels(bool avx_vnni);  // avx_vnni: use AVX-VNNI for the MXFP4 int8 dots
 Kernels avx512_kernels();  // MXFP4 needs AVX512-VNNI, else it takes AVX2's
-// The BF16 kernels over bf16 activations (needs AVX512-BF16).
+// The BF16 and F8_E4M3 kernels over bf16 activations (need AVX512-BF16).
 DtypeKernels avx512_bf16dot_kernels();
+DtypeKernels avx512_fp8dot_kernels();
 
 // MXFP4 weight scale byte -> 2^(e-127), 0xFF -> NaN, and 0 (2^-127, a subnormal) -> 0:
 // the scalar form of what every kernel computes. Flushing costs nothing numerically
@@ -268,7 +276,8 @@ inline float mx_scale(uint8_t e) {
 
 // Runs one matmul with explicit kernels and config (the dispatcher's core; tests
 // use it to reach kernel variants the dispatcher would not pick on this CPU).
-// bf16_act: BF16 weights take k.bf16_dot (bf16 activations) when it exists.
+// bf16_act: BF16 / F8_E4M3 weights take k.bf16_dot / k.fp8_dot (bf16 activations)
+// where they exist.
 void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w,
                  int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg, bool bf16_act = false);
 
