@@ -142,6 +142,9 @@ struct Gemm {
   // Optional: called on the calling thread before full / tok1 run over a block of
   // `rows` rows starting at r0 (for a chunk of tokens), e.g. to unpack those rows once.
   TileFn prep = nullptr;
+  // Optional: computes rows [r0, r0 + rows) for tokens [c0, c1) in place of the
+  // full / tok1 loop (after prep), e.g. blocking the columns of long rows.
+  void (*chunk)(const Args& a, int64_t c0, int64_t c1, int64_t r0) = nullptr;
 };
 
 // Quantizes one token row of activations for the MXFP4 kernels (QuantAct layout);
@@ -232,6 +235,10 @@ inline void drive_rows(const Args& a, const Plan& p, int64_t r0, int64_t r1) {
         const int64_t c1 = std::min(n, c0 + chunk);
         for (r = b0; r < b1; r += g.rows) {
           if (g.prep) g.prep(a, c0, r);
+          if (g.chunk) {
+            g.chunk(a, c0, c1, r);
+            continue;
+          }
           int64_t t = c0;
           for (; t + g.tokens <= c1; t += g.tokens) g.full(a, t, r);
           for (; t < c1; ++t) g.tok1(a, t, r);
