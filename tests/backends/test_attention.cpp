@@ -85,7 +85,8 @@ Cache make_cache(int H, int G, int hd, int vdim, int bs, int n, bool mla, DType 
 // Runs attention for tokens (seq[t], pos[t]) with queries q[t] (H * hd each).
 std::vector<float> attend(Isa isa, Cache& c, const std::vector<float>& q, const std::vector<int32_t>& seq,
                           const std::vector<int32_t>& pos, float scale, ThreadPool& pool) {
-  std::vector<float> out(seq.size() * c.H * c.vd(), -7.0f), scratch;
+  std::vector<float> out(seq.size() * c.H * c.vd(), -7.0f);
+  AttnScratch scratch;
   cpu_paged_attention(isa, out.data(), q.data(), c.H * c.hd, c.kv(), c.args(scale), c.tables.data(), c.max_blocks,
                       seq.data(), pos.data(), int64_t(seq.size()), pool, scratch);
   return out;
@@ -222,7 +223,8 @@ TEST(CpuAttention, BadArgumentsAreRejected) {
   std::mt19937 rng(1);
   Cache c = make_cache(4, 2, 16, 16, 4, 8, false, DType::F32, rng);
   const std::vector<float> q = randn(4 * 16, rng);
-  std::vector<float> out(64), scratch;
+  std::vector<float> out(64);
+  AttnScratch scratch;
   const std::vector<int32_t> seq{0}, bad_pos{-1}, pos{3};
   AttnArgs odd{4, 3, 16, 1.0f};
   EXPECT_THROW(cpu_paged_attention(best_isa(), out.data(), q.data(), 64, c.kv(), odd, c.tables.data(), c.max_blocks,

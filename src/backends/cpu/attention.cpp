@@ -78,7 +78,7 @@ const Kernel* tiled_kernel(Isa isa) {
 
 void cpu_paged_attention(Isa isa, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
                          const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
-                         int64_t T, ThreadPool& pool, std::vector<float>& scratch) {
+                         int64_t T, ThreadPool& pool, AttnScratch& s) {
   MX_CHECK(a.n_kv_heads > 0 && a.n_heads > 0 && a.n_heads % a.n_kv_heads == 0, "attention: {} heads over {} kv heads",
            a.n_heads, a.n_kv_heads);
   MX_CHECK(a.head_dim > 0 && a.vd() > 0, "attention: head_dim {}, v_dim {}", a.head_dim, a.vd());
@@ -94,12 +94,13 @@ void cpu_paged_attention(Isa isa, float* out, const float* q, int q_stride, cons
     MX_CHECK(pos[t] >= 0 && seq[t] >= 0, "attention: token {} at position {} of sequence {}", t, pos[t], seq[t]);
   const Call c{out, q, q_stride, kv, a};
   const Kernel* k = tiled_kernel(isa);
-  if (!k) return attend_scalar(c, block_tables, max_blocks, seq, pos, T, pool, scratch);
+  if (!k) return attend_scalar(c, block_tables, max_blocks, seq, pos, T, pool, s.floats);
 
   // Runs of consecutive positions of one sequence, then items of up to
   // k->item_rows rows of one run and KV head.
   const int group = a.n_heads / a.n_kv_heads;
-  std::vector<Item> items;
+  std::vector<Item>& items = s.items;
+  items.clear();
   for (int64_t t = 0; t < T;) {
     int64_t e = t + 1;
     while (e < T && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1) ++e;
@@ -117,22 +118,25 @@ void cpu_paged_attention(Isa isa, float* out, const float* q, int q_stride, cons
   // Longest first, each to the least loaded worker (cost: rows x keys). The
   // deal only decides who computes an item, never how.
   auto cost = [&](const Item& it) { return int64_t(it.r1 - it.r0) * (it.pos0 + (it.r1 - 1) / group + 1); };
-  std::vector<int> order(items.size());
+  std::vector<int>& order = s.order;
+  order.resize(items.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return cost(items[x]) > cost(items[y]); });
   const int nw = std::max(1, std::min<int>(pool.size(), int(items.size())));
-  std::vector<int> worker(items.size());
-  std::vector<int64_t> load(nw, 0);
+  std::vector<int>& worker = s.worker;
+  std::vector<int64_t>& load = s.load;
+  worker.resize(items.size());
+  load.assign(size_t(nw), 0);
   for (int i : order) {
     const int w = int(std::min_element(load.begin(), load.end()) - load.begin());
     worker[i] = w, load[w] += cost(items[i]);
   }
   const int64_t per = k->scratch_floats(a);
-  scratch.resize(size_t(nw) * per);
+  s.floats.resize(size_t(nw) * per);
   pool.parallel_for(nw, [&](int64_t wb, int64_t we) {
     for (int64_t w = wb; w < we; ++w)
       for (int i : order)
-        if (worker[i] == w) k->run(c, items[i], scratch.data() + w * per);
+        if (worker[i] == w) k->run(c, items[i], s.floats.data() + w * per);
   });
 }
 

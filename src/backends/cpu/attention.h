@@ -53,15 +53,6 @@ namespace mx {
 // numerical contract above, not a tunable).
 constexpr int kAttnKeyBlock = 64;
 
-// The whole op: validates the arguments (clear errors for bad head counts,
-// negative positions), splits the batch into work items (runs of consecutive
-// positions of one sequence x KV head x up to a few row tiles), deals them to
-// the pool's workers longest first and runs the ISA's kernel. `scratch` is the
-// caller's reusable buffer.
-void cpu_paged_attention(Isa isa, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
-                         const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
-                         int64_t n_tokens, ThreadPool& pool, std::vector<float>& scratch);
-
 namespace attn_detail {
 
 // A run of consecutive tokens t0..t0+n_q-1 of one sequence at positions
@@ -96,4 +87,22 @@ Kernel avx512_attention_kernel();
 Kernel avx2_attention_kernel();
 
 }  // namespace attn_detail
+
+// The caller's reusable buffers: a decode step calls attention once per layer,
+// and none of it allocates once these have grown to the batch's size.
+struct AttnScratch {
+  std::vector<float> floats;  // per-worker kernel scratch
+  std::vector<attn_detail::Item> items;
+  std::vector<int> order, worker;
+  std::vector<int64_t> load;
+};
+
+// The whole op: validates the arguments (clear errors for bad head counts,
+// negative positions), splits the batch into work items (runs of consecutive
+// positions of one sequence x KV head x up to a few row tiles), deals them to
+// the pool's workers longest first and runs the ISA's kernel.
+void cpu_paged_attention(Isa isa, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
+                         const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
+                         int64_t n_tokens, ThreadPool& pool, AttnScratch& scratch);
+
 }  // namespace mx
