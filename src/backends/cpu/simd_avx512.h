@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "backends/cpu/simd_exp.h"
+
 // GCC 12 warns that the merge source of the masked builtins behind
 // _mm512_max_ps / _mm512_roundscale_ps (an _mm512_undefined_ps) may be used
 // uninitialized: a false positive (the mask is all ones).
@@ -34,29 +36,14 @@ struct Avx512 {
   static M eq(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static F select(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
   static F mask_fma(F a, F b, F c, M m) { return _mm512_mask3_fmadd_ps(a, b, c, m); }
-  // e^x: x = n ln2 + r (Cody-Waite, ln2 in two parts), e^r by Cephes' expf
-  // polynomial (S. Moshier, Cephes Math Library, expf.c: relative error ~1 ulp
-  // on [-ln2/2, ln2/2]), times 2^n by vscalefps (exact, underflows to 0).
-  // exp(0) = 1 and exp(-inf) = +0 exactly (the online softmax's identities);
-  // NaN stays NaN (max/min return their second operand on NaN).
-  static F exp(F x) {
-    x = _mm512_min_ps(_mm512_set1_ps(88.5f), x);
-    x = _mm512_max_ps(_mm512_set1_ps(-120.0f), x);
-    const F n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    F r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    const F z = _mm512_mul_ps(r, r);
-    F y = _mm512_set1_ps(1.9875691500E-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
-    y = _mm512_fmadd_ps(y, z, r);
-    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(y, n);
-  }
+  static F min(F a, F b) { return _mm512_min_ps(a, b); }
+  static F fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a*b, rounded once
+  static F round(F x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // e^x (simd_exp.h); 2^n by vscalefps (exact, underflows to 0), so the clamp
+  // below can sit at -120.
+  static constexpr float kExpMin = -120.0f, kExpMax = 88.5f;
+  static F times_pow2(F y, F n, F) { return _mm512_scalef_ps(y, n); }
+  static F exp(F x) { return cephes_exp<Avx512>(x); }
 };
 
 }  // namespace mx::simd
