@@ -63,27 +63,48 @@ struct Bf16Src {
   }
 };
 
-// FP8 rows dequantized as they are read: a 32-column chunk never straddles a
-// 128-column scale block, so block(i) refreshes the R scales every 4 chunks.
+// FP8 rows dequantized as they are read. A 32-column chunk never straddles a
+// 128-column scale block, and within one block every code of a row maps to the
+// same bf16(fp8 * s): block(i) tabulates that map for the (at most two) 128-row
+// blocks the R rows lie in, every 4 chunks, with fp8_cvt16's operations on the
+// 128 codes of one sign, and a chunk is then a table lookup (two vpermt2w and a
+// blend) plus the sign bit, since rounding to nearest even is symmetric.
 template <int R>
 struct Fp8Src {
   using T = uint8_t;
   const uint8_t* w;
   int64_t in;
   const Args& a;
-  int64_t r0;
-  __m512 sc[R];
+  int64_t r0, rb0;
+  __m512i tab[2][4];  // [row block - rb0][32 entries each]: codes 0..127
   Fp8Src(const Args& args, int64_t row0)
-      : w(static_cast<const uint8_t*>(args.w) + row0 * args.in), in(args.in), a(args), r0(row0) {}
+      : w(static_cast<const uint8_t*>(args.w) + row0 * args.in), in(args.in), a(args), r0(row0), rb0(row0 >> 7) {}
+  MX_INLINE void tabulate(int64_t rb, int64_t kb, __m512i (&t)[4]) const {
+    const __m512 s = avx512::fp8_scale(a.scales, a.scale_cols, rb << 7, kb);
+    const __m128i step = _mm_set1_epi8(16);
+    __m128i codes = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512 lo = avx512::fp8_cvt16(codes, s);
+      codes = _mm_add_epi8(codes, step);
+      const __m512 hi = avx512::fp8_cvt16(codes, s);
+      codes = _mm_add_epi8(codes, step);
+      t[j] = __m512i(_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
   MX_INLINE void block(int64_t i) {
     if (i & 127) return;
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) sc[r] = avx512::fp8_scale(a.scales, a.scale_cols, r0 + r, i >> 7);
+    tabulate(rb0, i >> 7, tab[0]);
+    if (((r0 + R - 1) >> 7) != rb0) tabulate(rb0 + 1, i >> 7, tab[1]);
   }
   MX_INLINE __m512bh cvt(int r, __m256i b) const {
-    __m512 lo, hi;
-    avx512::fp8_cvt32(b, sc[r], lo, hi);
-    return _mm512_cvtne2ps_pbh(hi, lo);
+    const __m512i(&t)[4] = tab[((r0 + r) >> 7) - rb0];
+    const __m512i c = _mm512_cvtepu8_epi16(b);
+    const __m512i lo = _mm512_permutex2var_epi16(t[0], c, t[1]);  // codes & 63 (index bits 5:0)
+    const __m512i hi = _mm512_permutex2var_epi16(t[2], c, t[3]);
+    const __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(c, _mm512_set1_epi16(0x40)), lo, hi);
+    // v | (code << 8 & 0x8000): the code's sign bit onto the bf16's
+    return __m512bh(_mm512_ternarylogic_epi32(v, _mm512_slli_epi16(c, 8), _mm512_set1_epi16(int16_t(0x8000)), 0xF8));
   }
   MX_INLINE __m512bh load(int r, int64_t i) const {
     return cvt(r, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * in + i)));
