@@ -112,13 +112,13 @@ struct Fp8Src {
   MX_INLINE __m512bh tail(int r, int64_t i, __mmask32 m) const { return cvt(r, _mm256_maskz_loadu_epi8(m, w + r * in + i)); }
 };
 
-// Columns [k0, k1) of a tile whose rows are split in column blocks (Cols::part):
+// Columns [k0, k1) of a tile whose rows are split in column blocks (chunk_rows):
 // the accumulators start from and go back to `keep` (TT x R vectors) between
 // blocks, which moves them without changing a bit, so each output still sees
 // exactly the sequence below.
 struct Cols {
   int64_t k0, k1;
-  __m512* keep;  // null: the whole row in one pass
+  float* keep;  // 16 floats per output; null: the whole row in one pass
 };
 
 // y[t0 .. t0+TT, r0 .. r0+R) from the weight source's rows. PF: software prefetch
@@ -134,7 +134,7 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[t][r] = cols.k0 > 0 ? cols.keep[t * R + r] : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[t][r] = cols.k0 > 0 ? _mm512_loadu_ps(cols.keep + (t * R + r) * 16) : _mm512_setzero_ps();
   auto chunk = [&](int64_t i, auto load_w) __attribute__((always_inline)) {
     src.block(i);
     __m512bh wv[R];
@@ -165,7 +165,7 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) cols.keep[t * R + r] = acc[t][r];
+      for (int r = 0; r < R; ++r) _mm512_storeu_ps(cols.keep + (t * R + r) * 16, acc[t][r]);
     return;
   }
   store_hsums(a.y + t0 * a.out + r0, a.out, acc);
@@ -187,13 +187,13 @@ MX_INLINE void chunk_rows(const Args& a, const Src& src, int64_t c0, int64_t c1,
     for (; t < c1; ++t) dot_rows<1, R, false>(a, src, t, r0);
     return;
   }
-  thread_local std::vector<__m512> keep;
-  if (keep.size() < size_t(n * R)) keep.resize(size_t(n * R));
+  thread_local std::vector<float> keep;
+  if (keep.size() < size_t(n * R * 16)) keep.resize(size_t(n * R * 16));
   for (int64_t k0 = 0; k0 < a.in; k0 += kColBlock) {
     const int64_t k1 = a.in - k0 < 2 * kColBlock ? a.in : k0 + kColBlock;  // no short last block
     int64_t t = c0;
-    for (; t < c0 + full; t += TT) dot_rows<TT, R, false>(a, src, t, r0, Cols{k0, k1, keep.data() + (t - c0) * R});
-    for (; t < c1; ++t) dot_rows<1, R, false>(a, src, t, r0, Cols{k0, k1, keep.data() + (t - c0) * R});
+    for (; t < c0 + full; t += TT) dot_rows<TT, R, false>(a, src, t, r0, Cols{k0, k1, keep.data() + (t - c0) * R * 16});
+    for (; t < c1; ++t) dot_rows<1, R, false>(a, src, t, r0, Cols{k0, k1, keep.data() + (t - c0) * R * 16});
     if (k1 == a.in) break;
   }
 }
