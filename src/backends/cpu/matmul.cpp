@@ -305,8 +305,11 @@ void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tens
   }
   const Plan p = make_plan(*dk, c);
   if (a.out * a.in * n_tokens < kMinParallelMacs) return drive_rows(a, p, 0, a.out);
-  // Split by output row only, at tile boundaries; never inside a dot product.
-  pool.parallel_for(a.out, [&](int64_t b, int64_t e) { drive_rows(a, p, b, e); }, p.row_block);
+  // Split by output row only, at tile boundaries; never inside a dot product. A
+  // decode step's GEMV only needs its own tile's rows, which halves a small
+  // matrix evenly (k / v 128 x 896: 64 + 64 rows, not 72 + 56).
+  const int64_t grain = streams(p, n_tokens) ? p.gemv->rows : p.row_block;
+  pool.parallel_for(a.out, [&](int64_t b, int64_t e) { drive_rows(a, p, b, e); }, grain);
 }
 
 }  // namespace matmul_detail

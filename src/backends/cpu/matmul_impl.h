@@ -181,7 +181,7 @@ struct Kernels {
 struct Plan {
   const Gemv* gemv;
   const Gemm* gemm;
-  int64_t row_block;  // the thread split aligns to it
+  int64_t row_block;  // the thread split aligns to it (a GEMV's to gemv->rows alone)
 };
 
 inline Plan make_plan(const DtypeKernels& k, const KernelConfig& c) {
@@ -194,6 +194,10 @@ inline Plan make_plan(const DtypeKernels& k, const KernelConfig& c) {
   return p;
 }
 
+// Whether a call of n tokens streams its weights through the GEMV tiles (else the
+// GEMM's cache blocking).
+inline bool streams(const Plan& p, int64_t n) { return n < p.gemm->tokens || (n <= kSmallBatch && p.gemv->fn4); }
+
 // The loop nest shared by the SIMD kernels, over rows [r0, r1) and all tokens.
 // Tiles only group outputs (see above), so the loop order is free to follow the caches.
 inline void drive_rows(const Args& a, const Plan& p, int64_t r0, int64_t r1) {
@@ -201,7 +205,7 @@ inline void drive_rows(const Args& a, const Plan& p, int64_t r0, int64_t r1) {
   const Gemm& g = *p.gemm;
   int64_t r = r0;
   const Gemv& v = *p.gemv;
-  if (n < g.tokens || (n <= kSmallBatch && v.fn4)) {
+  if (streams(p, n)) {
     // Decode: stream each block of weight rows once, for up to 8 tokens at a time;
     // it stays in L1/L2 across the rest.
     for (; r + v.rows <= r1; r += v.rows) {
