@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/auto_tune.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "backends/registry.h"
@@ -21,6 +22,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> kernel_configs;
   app.add_option("--kernel-configs", kernel_configs,
                  "Kernel config file(s) (mxserve tune --out) read on top of the built-in table");
+  bool auto_tune = false;
+  app.add_flag("--auto-tune", auto_tune,
+               "Use kernel configs measured on this machine for the subcommand's --model: the first run tunes them "
+               "(mxserve tune in a child process, seconds) into the cache folder ($MXSERVE_CACHE_DIR, else "
+               "~/.cache/mxserve), later runs read them");
   std::vector<mx::cli::Command> cmds = mx::cli::all_commands(app);
   try {
     app.parse(argc, argv);
@@ -33,6 +39,13 @@ int main(int argc, char** argv) {
   }
   mx::set_strict_kernels(strict_kernels);
   try {
+    if (auto_tune) {
+      CLI::App* sub = app.get_subcommands().front();
+      const CLI::Option* model = sub->get_option_no_throw("--model");
+      MX_CHECK(model && model->count() > 0, "--auto-tune: {} has no --model to tune for", sub->get_name());
+      if (sub->get_name() != "tune")
+        if (std::string f = mx::cli::auto_tune_file(model->as<std::string>()); !f.empty()) kernel_configs.push_back(f);
+    }
     mx::set_kernel_config_files(kernel_configs);
     mx::tuned_table();  // a bad config file fails here, before any work
     for (auto& c : cmds)

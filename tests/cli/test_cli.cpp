@@ -1,6 +1,8 @@
 // The CLI contract: help, clear errors with non-zero exits for bad input.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "backends/backend.h"
 #include "backends/gpu_test_util.h"
 #include "test_util.h"
@@ -156,4 +158,36 @@ TEST(Cli, TuneWritesEntriesThatMakeAModelStrictClean) {
   auto s = mxtest::run(bin() + " tune --synthetic --shapes 4x --out " + cfg, true);
   EXPECT_NE(s.code, 0);
   EXPECT_NE(s.out.find("bad shape"), std::string::npos) << s.out;
+}
+
+// --auto-tune: the first run with a model tunes its shapes into the cache folder,
+// the next reads that file, the output ids are the same; without a --model it is
+// an error.
+TEST(Cli, AutoTuneTunesOnFirstUseThenReadsTheCache) {
+  mxtest::TempDir cache;
+  const std::string env = "MXSERVE_CACHE_DIR=" + cache.path().string() + " ";
+  const std::string gen = " --auto-tune generate --model " + stories() + " --prompt-ids 1,2,3 --max-tokens 6";
+  auto first = mxtest::run(env + bin() + gen, true);
+  ASSERT_EQ(first.code, 0) << first.out;
+  EXPECT_NE(first.out.find("auto-tune: first run"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("tune: wrote"), std::string::npos) << first.out;
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(cache.path())) {
+    EXPECT_EQ(e.path().extension(), ".json") << e.path();  // no temporary left behind
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
+  auto second = mxtest::run(env + bin() + gen, true);
+  ASSERT_EQ(second.code, 0) << second.out;
+  EXPECT_NE(second.out.find("auto-tune: kernel configs for this machine and model from"), std::string::npos)
+      << second.out;
+  EXPECT_EQ(second.out.find("tune: wrote"), std::string::npos) << second.out;
+  auto plain = mxtest::run(bin() + " generate --model " + stories() + " --prompt-ids 1,2,3 --max-tokens 6", true);
+  auto ids = [](const std::string& out) { return out.substr(out.rfind('\n', out.size() - 2) + 1); };
+  EXPECT_EQ(ids(second.out), ids(plain.out));
+  auto r = mxtest::run(env + bin() + " --auto-tune make-test-model --arch llama --preset tiny --out " +
+                           (cache.path() / "m").string(),
+                       true);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("has no --model to tune for"), std::string::npos) << r.out;
 }
