@@ -12,9 +12,11 @@ namespace mx::cli {
 // $HOME/.cache/mxserve.
 std::string tune_cache_dir();
 
-// The kernel config file for `model` on this machine (cpu_key(), best_isa()):
-// the cached one, or a new one tuned now. Empty, after a warning on stderr, when
-// tuning failed (the run goes on with the built-in table).
+// The kernel config file for `model` on this machine (cpu_key(), best_isa(),
+// the bf16-activation setting, the pool's thread count): the cached one, or a
+// new one tuned now. Empty, after a warning on stderr, when the cache folder or
+// the tuning failed (the run goes on with the built-in table); an error only
+// when the model path does not exist.
 std::string auto_tune_file(const std::string& model);
 
 }  // namespace mx::cli

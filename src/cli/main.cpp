@@ -39,12 +39,10 @@ int main(int argc, char** argv) {
   }
   mx::set_strict_kernels(strict_kernels);
   try {
-    if (auto_tune) {
-      CLI::App* sub = app.get_subcommands().front();
+    if (CLI::App* sub = app.get_subcommands().front(); auto_tune && sub->get_name() != "tune") {
       const CLI::Option* model = sub->get_option_no_throw("--model");
       MX_CHECK(model && model->count() > 0, "--auto-tune: {} has no --model to tune for", sub->get_name());
-      if (sub->get_name() != "tune")
-        if (std::string f = mx::cli::auto_tune_file(model->as<std::string>()); !f.empty()) kernel_configs.push_back(f);
+      if (std::string f = mx::cli::auto_tune_file(model->as<std::string>()); !f.empty()) kernel_configs.push_back(f);
     }
     mx::set_kernel_config_files(kernel_configs);
     mx::tuned_table();  // a bad config file fails here, before any work

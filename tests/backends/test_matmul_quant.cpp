@@ -341,6 +341,7 @@ Fp8Weights make_fp8(int64_t out, int64_t in, bool with_scales, std::mt19937& rng
     std::uniform_real_distribution<float> u(1e-4f, 1e-2f);
     w.scales.resize(size_t((out + 127) / 128 * ((in + 127) / 128)));
     for (float& s : w.scales) s = u(rng);
+    w.scales[0] = -w.scales[0];  // a negative block scale (nothing forbids one) flips the codes' signs
   }
   return w;
 }

@@ -26,7 +26,7 @@ inline float hsum(__m512 v) {
 // hsum of 16 vectors at once, lane i of the result = hsum(v[i]) bitwise: the same
 // additions with the same operands as hsum's tree, done on vectors that hold two,
 // four, then eight accumulators' partial sums side by side (45 shuffles and adds
-// instead of 16 x 8). Stage k adds the halves hsum adds at level k: 256-bit
+// and one permute instead of 16 x 8). Stage k adds the halves hsum adds at level k: 256-bit
 // halves (s8), 128-bit quarters (s4), pairs within a quarter (s2), neighbours (s1).
 MX_INLINE __m512 hsum16(const __m512* v) {
   __m512 b[8], c[4], d[2];

@@ -68,7 +68,7 @@ struct Bf16Src {
 // same bf16(fp8 * s): block(i) tabulates that map for the (at most two) 128-row
 // blocks the R rows lie in, every 4 chunks, with fp8_cvt16's operations on the
 // 128 codes of one sign, and a chunk is then a table lookup (two vpermt2w and a
-// blend) plus the sign bit, since rounding to nearest even is symmetric.
+// blend) plus a flip of the sign bit, since rounding to nearest even is symmetric.
 template <int R>
 struct Fp8Src {
   using T = uint8_t;
@@ -103,8 +103,9 @@ struct Fp8Src {
     const __m512i lo = _mm512_permutex2var_epi16(t[0], c, t[1]);  // codes & 63 (index bits 5:0)
     const __m512i hi = _mm512_permutex2var_epi16(t[2], c, t[3]);
     const __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(c, _mm512_set1_epi16(0x40)), lo, hi);
-    // v | (code << 8 & 0x8000): the code's sign bit onto the bf16's
-    return __m512bh(_mm512_ternarylogic_epi32(v, _mm512_slli_epi16(c, 8), _mm512_set1_epi16(int16_t(0x8000)), 0xF8));
+    // v ^ (code << 8 & 0x8000): a negative code flips the sign of bf16(|code| * s),
+    // whatever the sign of s
+    return __m512bh(_mm512_ternarylogic_epi32(v, _mm512_slli_epi16(c, 8), _mm512_set1_epi16(int16_t(0x8000)), 0x78));
   }
   MX_INLINE __m512bh load(int r, int64_t i) const {
     return cvt(r, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * in + i)));
@@ -122,12 +123,15 @@ struct Cols {
 };
 
 // y[t0 .. t0+TT, r0 .. r0+R) from the weight source's rows. PF: software prefetch
-// a.prefetch bytes ahead on each row, one 64-byte line per chunk (the GEMV tiles;
-// as stream_tile in matmul_avx512.cpp).
+// a.prefetch bytes ahead on each row, one 64-byte line per 64 bytes of weights
+// (every chunk of bf16, every other of FP8; the GEMV tiles, as stream_tile in
+// matmul_avx512.cpp).
 template <int TT, int R, bool PF, class Src>
 MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols cols = {0, 0, nullptr}) {
   using T = typename Src::T;
-  const int64_t in = cols.keep ? cols.k1 : a.in, xs = a.xb_stride;
+  // Columns [cols.k0, k_end); the prefetch (GEMV tiles: never column-blocked) steps
+  // over whole rows of a.in.
+  const int64_t in = a.in, k_end = cols.keep ? cols.k1 : a.in, xs = a.xb_stride;
   const uint16_t* x = a.xb + t0 * xs;
   const int64_t ahead = PF ? a.prefetch / int64_t(sizeof(T)) : 0;
   __m512 acc[TT][R];
@@ -148,7 +152,7 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
     }
   };
   int64_t i = cols.k0;
-  for (; i + K <= in; i += K) {
+  for (; i + K <= k_end; i += K) {
     if (PF && ahead > 0 && !((i * int64_t(sizeof(T))) & 63)) {
       // Near the end of the rows, the start of the next tile's rows instead.
       const T* pf = src.w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
@@ -157,11 +161,11 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
     }
     chunk(i, [&src](int r, int64_t j) __attribute__((always_inline)) { return src.load(r, j); });
   }
-  if (i < in) {
-    const __mmask32 m = __mmask32((uint64_t(1) << (in - i)) - 1);
+  if (i < k_end) {
+    const __mmask32 m = __mmask32((uint64_t(1) << (k_end - i)) - 1);
     chunk(i, [&src, m](int r, int64_t j) __attribute__((always_inline)) { return src.tail(r, j, m); });
   }
-  if (cols.keep && cols.k1 < a.in) {
+  if (cols.keep && k_end < a.in) {
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
@@ -264,9 +268,13 @@ void chunk(const Args& a, int64_t c0, int64_t c1, int64_t r0) {
   chunk_rows<TT, R>(a, Bf16Src{static_cast<const uint16_t*>(t_rows.data()), a.in}, c0, c1, r0);
 }
 
+// full / tok1 / chunk read the rows prep converted on this thread just before
+// (drive_rows calls prep, then them, for each block of R rows); row1 / one, for
+// rows left over by the tile shape, convert on the fly.
 template <int TT, int R>
 constexpr Gemm gemm() {
-  return {TT, R, on_rows<TT, R>, on_rows<1, R>, fp8_tile<TT, 1, false>, fp8_tile<1, 1, false>, prep<R>, chunk<TT, R>};
+  return {.tokens = TT, .rows = R, .full = on_rows<TT, R>, .tok1 = on_rows<1, R>, .row1 = fp8_tile<TT, 1, false>,
+          .one = fp8_tile<1, 1, false>, .prep = prep<R>, .chunk = chunk<TT, R>};
 }
 
 }  // namespace fp8

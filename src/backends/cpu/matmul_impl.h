@@ -166,7 +166,8 @@ struct DtypeKernels {
   // natural order); the activation quantizer stores s and sum12 in this order.
   const uint8_t* mx_order = nullptr;
   MxQuantRowFn mx_quant = nullptr;  // MXFP4 only; null: the portable (SSE2) quantizer
-  // BF16 only: the kernels read bf16 activations (Args::xb), made by this per row.
+  // BF16 and F8_E4M3 on the bf16-dot kernels: they read bf16 activations (Args::xb),
+  // made by this per row.
   Bf16RowFn bf16_act = nullptr;
   bool ok() const { return rows || (!gemv.empty() && !gemm.empty()); }
 };
