@@ -23,27 +23,32 @@ inline float hsum(__m512 v) {
   return _mm_cvtss_f32(s1);
 }
 
+// One level of hsum's tree for the partial sums in two vectors at once: the lanes
+// two shuffles pick (immediates I and J), added. f32x4 moves 128-bit quarters,
+// ps moves lanes within each quarter.
+template <int I, int J>
+MX_INLINE __m512 add_f32x4(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, I), _mm512_shuffle_f32x4(a, b, J));
+}
+template <int I, int J>
+MX_INLINE __m512 add_ps(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, I), _mm512_shuffle_ps(a, b, J));
+}
+
 // hsum of 16 vectors at once, lane i of the result = hsum(v[i]) bitwise: the same
-// additions with the same operands as hsum's tree, done on vectors that hold two,
-// four, then eight accumulators' partial sums side by side (45 shuffles and adds
-// and one permute instead of 16 x 8). Stage k adds the halves hsum adds at level k: 256-bit
-// halves (s8), 128-bit quarters (s4), pairs within a quarter (s2), neighbours (s1).
+// additions with the same operands as hsum's tree, on vectors that hold two, four,
+// then eight accumulators' partial sums side by side (45 shuffles and adds and one
+// permute instead of 16 x 8). Level by level, as hsum: 256-bit halves (s8),
+// 128-bit quarters (s4), pairs within a quarter (s2), neighbours (s1).
 MX_INLINE __m512 hsum16(const __m512* v) {
   __m512 b[8], c[4], d[2];
 #pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i)  // quarters 0-1: v[2i].s8, quarters 2-3: v[2i+1].s8
-    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (int i = 0; i < 8; ++i) b[i] = add_f32x4<0x44, 0xEE>(v[2 * i], v[2 * i + 1]);  // v[2i].s8 | v[2i+1].s8
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j)  // quarter m: v[4j+m].s4
-    c[j] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * j], b[2 * j + 1], 0x88),
-                         _mm512_shuffle_f32x4(b[2 * j], b[2 * j + 1], 0xDD));
+  for (int j = 0; j < 4; ++j) c[j] = add_f32x4<0x88, 0xDD>(b[2 * j], b[2 * j + 1]);  // quarter m: v[4j+m].s4
 #pragma GCC unroll 2
-  for (int k = 0; k < 2; ++k)  // quarter m: v[8k+m].s2, v[8k+4+m].s2
-    d[k] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0x44),
-                         _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0xEE));
-  // lane 4m + k: v[4k + m]
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+  for (int k = 0; k < 2; ++k) d[k] = add_ps<0x44, 0xEE>(c[2 * k], c[2 * k + 1]);  // quarter m: v[8k+m].s2, v[8k+4+m].s2
+  const __m512 s = add_ps<0x88, 0xDD>(d[0], d[1]);  // lane 4m + k: v[4k + m]
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
 }
 
@@ -51,16 +56,11 @@ MX_INLINE __m512 hsum16(const __m512* v) {
 MX_INLINE __m256 hsum8(const __m512* v) {
   __m512 b[4], c[2];
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i)
-    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i) b[i] = add_f32x4<0x44, 0xEE>(v[2 * i], v[2 * i + 1]);
 #pragma GCC unroll 2
-  for (int j = 0; j < 2; ++j)
-    c[j] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * j], b[2 * j + 1], 0x88),
-                         _mm512_shuffle_f32x4(b[2 * j], b[2 * j + 1], 0xDD));
-  const __m512 d = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x44), _mm512_shuffle_ps(c[0], c[1], 0xEE));
-  // lane 4m: v[m], lane 4m + 1: v[4 + m] (lanes 4m + 2, 4m + 3 repeat them)
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(d, d, 0x88), _mm512_shuffle_ps(d, d, 0xDD));
+  for (int j = 0; j < 2; ++j) c[j] = add_f32x4<0x88, 0xDD>(b[2 * j], b[2 * j + 1]);
+  const __m512 d = add_ps<0x44, 0xEE>(c[0], c[1]);
+  const __m512 s = add_ps<0x88, 0xDD>(d, d);  // lane 4m: v[m], 4m + 1: v[4 + m] (4m + 2, 4m + 3 repeat them)
   return _mm512_castps512_ps256(
       _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), s));
 }

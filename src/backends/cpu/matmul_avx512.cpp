@@ -513,7 +513,10 @@ Kernels avx512_kernels() {
   Kernels k;
   k.f32 = FloatVariants<F32W>::kernels();
   k.bf16 = FloatVariants<Bf16W>::kernels();
-  if (cpu_features().avx512bf16) k.bf16_dot = avx512_bf16dot_kernels(), k.fp8_dot = avx512_fp8dot_kernels();
+  if (cpu_features().avx512bf16) {
+    k.bf16_dot = avx512_bf16dot_kernels();
+    k.fp8_dot = avx512_fp8dot_kernels();
+  }
   k.fp8 = {nullptr, fp8::kGemv, fp8::kGemm};
   if (cpu_features().avx512vnni) k.mxfp4 = {nullptr, mx4::kGemv, mx4::kGemm, mx4::kOrder, mx4::quantize_row};
   else k.mxfp4 = avx2_kernels(cpu_features().avx_vnni).mxfp4;

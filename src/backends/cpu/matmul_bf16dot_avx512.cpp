@@ -110,7 +110,9 @@ struct Fp8Src {
   MX_INLINE __m512bh load(int r, int64_t i) const {
     return cvt(r, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * in + i)));
   }
-  MX_INLINE __m512bh tail(int r, int64_t i, __mmask32 m) const { return cvt(r, _mm256_maskz_loadu_epi8(m, w + r * in + i)); }
+  MX_INLINE __m512bh tail(int r, int64_t i, __mmask32 m) const {
+    return cvt(r, _mm256_maskz_loadu_epi8(m, w + r * in + i));
+  }
 };
 
 // Columns [k0, k1) of a tile whose rows are split in column blocks (chunk_rows):
@@ -138,7 +140,8 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[t][r] = cols.k0 > 0 ? _mm512_loadu_ps(cols.keep + (t * R + r) * 16) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r)
+      acc[t][r] = cols.k0 > 0 ? _mm512_loadu_ps(cols.keep + (t * R + r) * 16) : _mm512_setzero_ps();
   auto chunk = [&](int64_t i, auto load_w) __attribute__((always_inline)) {
     src.block(i);
     __m512bh wv[R];
@@ -185,19 +188,17 @@ constexpr int64_t kColBlock = 1024;  // a multiple of K
 template <int TT, int R, class Src>
 MX_INLINE void chunk_rows(const Args& a, const Src& src, int64_t c0, int64_t c1, int64_t r0) {
   const int64_t n = c1 - c0, full = n / TT * TT;
-  if (a.in <= 2 * kColBlock) {
-    int64_t t = c0;
-    for (; t < c0 + full; t += TT) dot_rows<TT, R, false>(a, src, t, r0);
-    for (; t < c1; ++t) dot_rows<1, R, false>(a, src, t, r0);
-    return;
-  }
+  const bool blocked = a.in > 2 * kColBlock;  // else one pass over whole rows, nothing kept
   thread_local std::vector<float> keep;
-  if (keep.size() < size_t(n * R * 16)) keep.resize(size_t(n * R * 16));
+  if (blocked && keep.size() < size_t(n * R * 16)) keep.resize(size_t(n * R * 16));
+  auto cols = [&](int64_t k0, int64_t k1, int64_t t) {
+    return blocked ? Cols{k0, k1, keep.data() + (t - c0) * R * 16} : Cols{0, 0, nullptr};
+  };
   for (int64_t k0 = 0; k0 < a.in; k0 += kColBlock) {
     const int64_t k1 = a.in - k0 < 2 * kColBlock ? a.in : k0 + kColBlock;  // no short last block
     int64_t t = c0;
-    for (; t < c0 + full; t += TT) dot_rows<TT, R, false>(a, src, t, r0, Cols{k0, k1, keep.data() + (t - c0) * R * 16});
-    for (; t < c1; ++t) dot_rows<1, R, false>(a, src, t, r0, Cols{k0, k1, keep.data() + (t - c0) * R * 16});
+    for (; t < c0 + full; t += TT) dot_rows<TT, R, false>(a, src, t, r0, cols(k0, k1, t));
+    for (; t < c1; ++t) dot_rows<1, R, false>(a, src, t, r0, cols(k0, k1, t));
     if (k1 == a.in) break;
   }
 }

@@ -25,10 +25,10 @@
 // BF16 and F8_E4M3 weights with bf16 activations (AVX512-BF16 CPUs, when the call
 // asks for them: matmul.h, Bf16Act; matmul_bf16dot_avx512.cpp). An F8_E4M3 weight
 // is first formed in f32 as above, then rounded to bf16 (vcvtne2ps2bf16: to
-// nearest even, f32 denormals to zero), so an
-// FP8 matmul is bitwise the BF16 matmul of its dequantized weight rounded to bf16;
-// the GEMV converts on the fly, a GEMM tile converts its rows once per chunk of
-// tokens, with the same operations. Then, for either dtype:
+// nearest even, f32 denormals to zero), so an FP8 matmul is bitwise the BF16
+// matmul of its dequantized weight rounded to bf16; the GEMV converts on the fly,
+// a GEMM tile converts its rows once per chunk of tokens, with the same
+// operations. Then, for either dtype:
 //   The activations are rounded to bf16 once per call, per token row (round to
 //   nearest even, as vcvtne2ps2bf16 does: denormals flushed to zero), zero-padded
 //   to a multiple of 32. Every output owns one 16-lane accumulator starting at +0;
