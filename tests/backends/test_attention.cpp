@@ -18,23 +18,12 @@
 #include "core/thread_pool.h"
 #include "backends/backend.h"
 #include "backends/cpu/attention.h"
+#include "backends/cpu_test_util.h"
 
 namespace mx {
 namespace {
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v{Isa::Scalar};
-  if (int(best_isa()) >= int(Isa::Avx2)) v.push_back(Isa::Avx2);
-  if (int(best_isa()) >= int(Isa::Avx512)) v.push_back(Isa::Avx512);
-  return v;
-}
-
-std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = nd(rng);
-  return v;
-}
+using mxtest::randn;
 
 // One sequence's cache of n positions over a scattered block table, in `dt`,
 // plus (optionally) a second sequence sharing the pool.
@@ -96,7 +85,7 @@ bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a,
 
 TEST(CpuAttention, OutputDoesNotDependOnHowTheBatchIsCut) {
   ThreadPool pool1(1), pool3(3);  // 3 workers: an uneven deal of the items
-  for (Isa isa : isas())
+  for (Isa isa : mxtest::cpu_isas())
     for (DType dt : {DType::F32, DType::BF16, DType::F8_E4M3})
       for (int variant = 0; variant < 3; ++variant) {
         // GQA 8 over 2; Qwen3-like 14 over 2 (groups of 7, tiles not aligned to queries); MLA.
@@ -157,7 +146,7 @@ TEST(CpuAttention, LaterNonFiniteValuesDoNotReachEarlierQueries) {
   // forward, e.g. a chunk) are masked by select / masked FMA: inf or NaN there
   // leaves the earlier queries' outputs exactly as computed alone.
   ThreadPool pool(2);
-  for (Isa isa : isas()) {
+  for (Isa isa : mxtest::cpu_isas()) {
     std::mt19937 rng(5);
     Cache c = make_cache(4, 2, 32, 32, 16, 80, false, DType::F32, rng);
     const int n = 80, H = 4, hd = 32, row = H * hd;
@@ -183,7 +172,7 @@ TEST(CpuAttention, LaterNonFiniteValuesDoNotReachEarlierQueries) {
 
 TEST(CpuAttention, MatchesADoubleSoftmaxOverTheCache) {
   ThreadPool pool(2);
-  for (Isa isa : isas())
+  for (Isa isa : mxtest::cpu_isas())
     for (DType dt : {DType::F32, DType::BF16, DType::F8_E4M3})
       for (int variant = 0; variant < 3; ++variant) {
         const int H = variant == 0 ? 8 : 6, G = variant == 0 ? 2 : variant == 1 ? 3 : 1;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "f32_activations.h"
 #include "backends/backend.h"
+#include "backends/cpu_test_util.h"
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/ops.h"
 #include "backends/gpu_test_util.h"
@@ -114,12 +115,7 @@ class Dev {
   std::vector<DevBuffer> bufs_;
 };
 
-std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = nd(rng);
-  return v;
-}
+using mxtest::randn;
 
 std::vector<float> as_float(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }
 

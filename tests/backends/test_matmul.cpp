@@ -13,24 +13,13 @@
 
 #include "core/error.h"
 #include "backends/cpu/matmul_impl.h"
+#include "backends/cpu_test_util.h"
 
 namespace {
 
 using namespace mx;
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> v;
-  float y = 0, x = 1, w = 1;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    ThreadPool pool(1);
-    try {
-      matmul_isa(isa, &y, &x, Tensor(DType::F32, {1, 1}, &w), 1, pool);
-      v.push_back(isa);
-    } catch (const Error&) {
-    }
-  }
-  return v;
-}
+using mxtest::cpu_isas;
 
 ThreadPool& pool1() {
   static ThreadPool p(1);
@@ -100,7 +89,7 @@ std::string label(Isa isa, DType dt, int64_t out, int64_t in, int64_t n) {
 
 TEST(Matmul, MatchesDoubleReferenceAllIsas) {
   std::mt19937 rng(1234);
-  for (Isa isa : supported_isas())
+  for (Isa isa : cpu_isas())
     for (DType dt : {DType::F32, DType::BF16})
       for (int64_t in : {1, 7, 16, 33, 100, 257, 4097})
         for (int64_t out : {1, 3, 17, 49})
@@ -119,7 +108,7 @@ TEST(Matmul, MatchesDoubleReferenceAllIsas) {
 TEST(Matmul, BatchInvariantBitwise) {
   std::mt19937 rng(99);
   struct Shape { int64_t out, in, n; };
-  for (Isa isa : supported_isas())
+  for (Isa isa : cpu_isas())
     for (DType dt : {DType::F32, DType::BF16})
       for (Shape s : {Shape{49, 4097, 17}, Shape{200, 100, 9}, Shape{75, 33, 6}, Shape{31, 1, 5}}) {
         const std::string what = label(isa, dt, s.out, s.in, s.n);
@@ -196,7 +185,7 @@ TEST(Matmul, DispatchedMatchesBestIsa) {
 TEST(Matmul, UnsupportedDtypeIsError) {
   uint16_t w[4] = {};
   float x[2] = {1, 2}, y[2];
-  for (Isa isa : supported_isas())
+  for (Isa isa : cpu_isas())
     // (F8_E4M3 and MXFP4 have kernels: test_matmul_quant.cpp; MXFP4 here lacks scales.)
     for (DType dt : {DType::F16, DType::I8, DType::MXFP4})
       EXPECT_THROW(matmul_isa(isa, y, x, Tensor(dt, {2, 2}, w), 1, pool1()), Error)
@@ -207,7 +196,7 @@ TEST(Matmul, UnsupportedDtypeIsError) {
 }
 
 TEST(Matmul, UnsupportedIsaIsError) {
-  const std::vector<Isa> ok = supported_isas();
+  const std::vector<Isa> ok = cpu_isas();
   float y = 0, x = 1, w = 1;
   for (Isa isa : {Isa::Avx2, Isa::Avx512})
     if (std::find(ok.begin(), ok.end(), isa) == ok.end()) {

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/matmul_impl.h"
+#include "backends/cpu_test_util.h"
 #include "quant/dequantize.h"
 #include "quant/mxfp4.h"
 
@@ -29,13 +30,7 @@ ThreadPool& pool2() {
   return p;
 }
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> v{Isa::Scalar};
-  const CpuFeatures& f = cpu_features();
-  if (f.avx2 && f.fma) v.push_back(Isa::Avx2);
-  if (f.avx512f && f.avx512bw && f.avx512vl) v.push_back(Isa::Avx512);
-  return v;
-}
+using mxtest::cpu_isas;
 
 // A kernel path: an ISA, or AVX2 with its non-VNNI integer dot (not what the
 // dispatcher picks on a CPU with AVX-VNNI, so reached through run_kernels).
@@ -47,7 +42,7 @@ struct Path {
 
 std::vector<Path> mx_paths() {
   std::vector<Path> v;
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : cpu_isas()) {
     v.push_back({isa_name(isa), isa});
     if (isa == Isa::Avx2) v.push_back({"avx2-maddubs", isa, true});
   }
@@ -61,13 +56,6 @@ void run_path(const Path& p, float* y, const float* x, const Tensor& w, int64_t 
   } else {
     matmul_isa(p.isa, y, x, w, n, pool);
   }
-}
-
-std::vector<float> gaussian(size_t n, std::mt19937& rng, float sd = 1.0f) {
-  std::normal_distribution<float> g(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& f : v) f = g(rng);
-  return v;
 }
 
 // --- MXFP4 ---------------------------------------------------------------------
@@ -95,7 +83,7 @@ MxWeights make_mx(int64_t out, int64_t in, std::mt19937& rng) {
       for (int64_t j = 0; j < in / 2; ++j) p[j] = uint8_t(byte(rng));
       for (int64_t b = 0; b < in / 32; ++b) s[b] = uint8_t(sc(rng));
     } else {
-      std::vector<float> row = gaussian(size_t(in), rng, 0.02f);
+      std::vector<float> row = mxtest::randn(size_t(in), rng, 0.02f);
       mxfp4::quantize_row(row.data(), in, p, s, mxfp4::ScaleRule::Spec);
     }
   }
@@ -177,7 +165,7 @@ TEST(MatmulQuant, Mxfp4MatchesReferenceEveryPath) {
   for (Shape s : {Shape{1, 32}, Shape{3, 64}, Shape{17, 512}, Shape{26, 544}, Shape{40, 896}, Shape{9, 4864}}) {
     MxWeights w = make_mx(s.out, s.in, rng);
     for (int64_t n : {1, 3, 17}) {
-      std::vector<float> x = gaussian(size_t(n * s.in), rng);
+      std::vector<float> x = mxtest::randn(size_t(n * s.in), rng);
       std::vector<float> first;
       for (const Path& p : mx_paths()) {
         std::vector<float> y(size_t(n * s.out), NAN);
@@ -198,7 +186,7 @@ TEST(MatmulQuant, Mxfp4MatchesReferenceEveryPath) {
 TEST(MatmulQuant, Mxfp4ActivationQuantizationErrorIsSmall) {
   std::mt19937 rng(7);
   MxWeights w = make_mx(64, 1024, rng);
-  std::vector<float> x = gaussian(4 * 1024, rng), y(4 * 64);
+  std::vector<float> x = mxtest::randn(4 * 1024, rng), y(4 * 64);
   matmul(y.data(), x.data(), w.tensor(), 4, pool2());
   double se = 0, ss = 0;
   for (int64_t t = 0; t < 4; ++t)
@@ -222,7 +210,7 @@ TEST(MatmulQuant, Mxfp4BatchInvariantBitwise) {
       const std::string what = label(p.name, s.out, s.in, s.n);
       MxWeights w = make_mx(s.out, s.in, rng);
       const Tensor wt = w.tensor();
-      std::vector<float> x = gaussian(size_t(s.n * s.in), rng);
+      std::vector<float> x = mxtest::randn(size_t(s.n * s.in), rng);
       std::vector<float> full2(size_t(s.n * s.out)), full1(full2.size()), one(size_t(s.out));
       run_path(p, full2.data(), x.data(), wt, s.n, pool2());
       run_path(p, full1.data(), x.data(), wt, s.n, pool1());
@@ -233,7 +221,7 @@ TEST(MatmulQuant, Mxfp4BatchInvariantBitwise) {
             << what << " row " << t << " (1 token vs batch)";
       }
       for (int64_t m : {int64_t(5), s.n / 2 + 1}) {
-        std::vector<float> x2 = gaussian(size_t(m * s.in), rng), part(size_t(m * s.out));
+        std::vector<float> x2 = mxtest::randn(size_t(m * s.in), rng), part(size_t(m * s.out));
         std::memcpy(x2.data(), x.data() + s.in, size_t(s.in) * 4);
         run_path(p, part.data(), x2.data(), wt, m, pool1());
         EXPECT_EQ(0, std::memcmp(part.data(), full2.data() + s.out, size_t(s.out) * 4))
@@ -255,7 +243,7 @@ TEST(MatmulQuant, Mxfp4ActivationEdgeCasesSameOnEveryPath) {
   std::mt19937 rng(21);
   MxWeights w = make_mx(19, 256, rng);
   const int64_t n = 6;
-  std::vector<float> x = gaussian(size_t(n * 256), rng);
+  std::vector<float> x = mxtest::randn(size_t(n * 256), rng);
   for (int i = 0; i < 32; ++i) x[size_t(32 + i)] = 0.0f;            // token 0: a zero block
   x[size_t(256 + 40)] = INFINITY;                                   // token 1: inf
   x[size_t(512 + 200)] = NAN;                                       // token 2: NaN
@@ -284,7 +272,7 @@ TEST(MatmulQuant, Mxfp4ActivationEdgeCasesSameOnEveryPath) {
 TEST(MatmulQuant, Mxfp4ShapeErrors) {
   std::vector<uint8_t> packed(64), scales(4);
   float x[64] = {}, y[4];
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : cpu_isas()) {
     Tensor bad(DType::MXFP4, {2, 48}, packed.data());  // in % 32 != 0
     bad.scales = scales.data();
     EXPECT_THROW(matmul_isa(isa, y, x, bad, 1, pool1()), Error) << isa_name(isa);
@@ -355,14 +343,14 @@ TEST(MatmulQuant, Fp8MatchesReferenceAndDequantizedF32) {
       OwnedTensor deq = dequantize_f32(w.tensor());
       const float* dq = deq.t.as<float>();
       for (int64_t n : {1, 5, 17}) {
-        std::vector<float> x = gaussian(size_t(n * s.in), rng);
+        std::vector<float> x = mxtest::randn(size_t(n * s.in), rng);
         // With bf16 activations (matmul_bf16_activations), the kernels take the
         // dequantized weights rounded to bf16: the BF16 matmul of those.
         std::vector<uint16_t> dq_bf16(size_t(s.out * s.in));
         for (size_t i = 0; i < dq_bf16.size(); ++i) dq_bf16[i] = f32_to_bf16(dq[i]);
         const Tensor deq_bf16(DType::BF16, {s.out, s.in}, dq_bf16.data());
         auto bf16 = [](double v) { return double(bf16_to_f32(f32_to_bf16(float(v)))); };
-        for (Isa isa : supported_isas()) {
+        for (Isa isa : cpu_isas()) {
           const bool b16 = matmul_bf16_activations(isa);
           const std::string what = label(isa_name(isa), s.out, s.in, n) + (with_scales ? "" : " unscaled") +
                                    (b16 ? " bf16 activations" : "");
@@ -398,12 +386,12 @@ TEST(MatmulQuant, Fp8MatchesReferenceAndDequantizedF32) {
 TEST(MatmulQuant, Fp8BatchInvariantBitwise) {
   std::mt19937 rng(13);
   struct Shape { int64_t out, in, n; };
-  for (Isa isa : supported_isas())
+  for (Isa isa : cpu_isas())
     for (Shape s : {Shape{300, 1000, 17}, Shape{130, 200, 6}, Shape{40, 4500, 19}}) {  // 4500: column blocks
       const std::string what = label(isa_name(isa), s.out, s.in, s.n);
       Fp8Weights w = make_fp8(s.out, s.in, true, rng);
       const Tensor wt = w.tensor();
-      std::vector<float> x = gaussian(size_t(s.n * s.in), rng);
+      std::vector<float> x = mxtest::randn(size_t(s.n * s.in), rng);
       std::vector<float> full2(size_t(s.n * s.out)), full1(full2.size()), one(size_t(s.out));
       matmul_isa(isa, full2.data(), x.data(), wt, s.n, pool2());
       matmul_isa(isa, full1.data(), x.data(), wt, s.n, pool1());
@@ -426,7 +414,7 @@ TEST(MatmulQuant, Fp8NanCodesPropagate) {
   std::vector<uint8_t> codes(2 * 40, 0x38);  // 1.0
   codes[40 + 7] = 0xFF;                      // row 1: NaN
   std::vector<float> x(40, 1.0f), y(2);
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : cpu_isas()) {
     matmul_isa(isa, y.data(), x.data(), Tensor(DType::F8_E4M3, {2, 40}, codes.data()), 1, pool1());
     EXPECT_EQ(y[0], 40.0f) << isa_name(isa);
     EXPECT_TRUE(std::isnan(y[1])) << isa_name(isa);
@@ -436,10 +424,10 @@ TEST(MatmulQuant, Fp8NanCodesPropagate) {
 // F32 / BF16 under every config give the same bits too (tiles only group outputs).
 TEST(MatmulQuant, FloatConfigsBitwiseIdentical) {
   std::mt19937 rng(17);
-  std::vector<float> w = gaussian(size_t(77 * 301), rng), x = gaussian(size_t(9 * 301), rng);
+  std::vector<float> w = mxtest::randn(size_t(77 * 301), rng), x = mxtest::randn(size_t(9 * 301), rng);
   std::vector<uint16_t> wb(w.size());
   for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]);
-  for (Isa isa : supported_isas())
+  for (Isa isa : cpu_isas())
     for (DType dt : {DType::F32, DType::BF16}) {
       const Tensor t(dt, {77, 301}, dt == DType::F32 ? static_cast<void*>(w.data()) : wb.data());
       std::vector<float> ref(9 * 77), y(9 * 77);

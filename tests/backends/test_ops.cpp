@@ -12,6 +12,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "backends/cpu/activation.h"
+#include "backends/cpu_test_util.h"
 
 namespace {
 
@@ -89,14 +90,11 @@ TEST(Ops, AddBias) {
 // independent of where it sits (vector body or tail, any n or offset), the
 // saturated ends and NaN as the formula gives them.
 TEST(Ops, SiluMulOnEveryIsa) {
-  std::vector<Isa> isas{Isa::Scalar};
-  for (Isa i : {Isa::Avx2, Isa::Avx512})
-    if (isa_supported(i)) isas.push_back(i);
   std::mt19937 rng(5);
   const int64_t n = 4099;
   std::vector<float> g = random_vec(n, rng, -30, 30), u = random_vec(n, rng, -2, 2);
   g[0] = 0.0f, g[1] = -0.0f, g[2] = 100.0f, g[3] = -100.0f, g[4] = 1e-30f, g[5] = -1e-30f;
-  for (Isa isa : isas) {
+  for (Isa isa : mxtest::cpu_isas()) {
     SCOPED_TRACE(isa_name(isa));
     std::vector<float> y(n);
     silu_mul_isa(isa, y.data(), g.data(), u.data(), n);
