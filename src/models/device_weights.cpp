@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/address_map.h"
 #include "core/error.h"
 
 namespace mx {
@@ -31,15 +32,10 @@ void DeviceWeights::record(const void* src, size_t bytes) {
     stats_.prepared_bytes += bytes;
     return;
   }
-  const char* p = static_cast<const char*>(src);
-  auto it = tensors_.upper_bound(p);
-  if (it != tensors_.begin()) {
-    --it;
-    if (size_t(p - it->first) < it->second.second) {
-      stats_.read_bytes += bytes;
-      stats_.read_by_tensor[it->second.first] += bytes;
-      return;
-    }
+  if (auto it = range_holding(tensors_, src, [](const auto& v) { return v.second; }); it != tensors_.end()) {
+    stats_.read_bytes += bytes;
+    stats_.read_by_tensor[it->second.first] += bytes;
+    return;
   }
   if (tensors_.empty()) stats_.read_bytes += bytes;  // no store to name it: a checkpoint read all the same
   else stats_.prepared_bytes += bytes;                // not a checkpoint tensor: derived on the host by a block

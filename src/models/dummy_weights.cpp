@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/address_map.h"
 #include "core/error.h"
 
 namespace mx {
@@ -59,13 +60,9 @@ void DummyWeights::add(TensorStore& store, const std::string& name, DType dtype,
 }
 
 const DummyWeights::Spec* DummyWeights::find(const void* p, size_t* offset) const {
-  const char* c = static_cast<const char*>(p);
-  auto it = specs_.upper_bound(c);
-  if (!c || it == specs_.begin()) return nullptr;
-  --it;
-  const size_t off = size_t(c - it->first);
-  if (off >= it->second.n * it->second.elem) return nullptr;
-  if (offset) *offset = off;
+  const auto it = range_holding(specs_, p, [](const Spec& s) { return s.n * s.elem; });
+  if (it == specs_.end()) return nullptr;
+  if (offset) *offset = size_t(static_cast<const char*>(p) - it->first);
   return &it->second;
 }
 
