@@ -13,7 +13,7 @@
 #include "engine/generate.h"
 #include "f32_activations.h"
 #include "models/model.h"
-#include "devtools/synthetic.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 using namespace mx;
@@ -53,12 +53,7 @@ void Bf16Activations::check(bool fp8) {
     GTEST_SKIP() << "SKIPPED: BF16 matmuls take f32 activations here (no AVX512-BF16, or "
                     "MXSERVE_BF16_ACTIVATIONS=0): " << cpu_features_string();
   mxtest::TempDir d;
-  SyntheticSpec spec;
-  spec.arch = GetParam();
-  spec.dtype = DType::BF16;
-  spec.seed = 5;
-  write_synthetic_model((d.path() / "bf16").string(), spec);
-  std::string dir = (d.path() / "bf16").string();
+  std::string dir = mxtest::make_synthetic((d.path() / "bf16").string(), GetParam(), DType::BF16, 5);
   if (fp8) {
     QuantizeOptions q;
     q.method = QuantMethod::Fp8Block;

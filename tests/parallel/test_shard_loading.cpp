@@ -21,8 +21,8 @@
 #include "formats/tensor_store.h"
 #include "backends/gpu_test_util.h"
 #include "models/device_weights.h"
-#include "devtools/synthetic.h"
 #include "parallel/parallel_model.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 using namespace mx;
@@ -93,10 +93,7 @@ TEST(ShardLoading, EachRankReadsOnlyItsShareOfTheCheckpoint) {
   const std::vector<int32_t> prompt = {1, 17, 42, 99, 5, 250, 3, 8, 77, 123, 64, 2};
   for (const char* arch : {"glm4_moe", "deepseek_v3"}) {
     mxtest::TempDir d;
-    SyntheticSpec s;
-    s.arch = arch;
-    s.dtype = DType::F32;  // the backends agree to rounding
-    write_synthetic_model(d.path().string(), s);
+    mxtest::make_synthetic(d.path().string(), arch, DType::F32);  // the backends agree to rounding
     const int experts = load_checkpoint(d.path().string()).config.moe.n_routed_experts;
     auto cpu = load_model(d.path().string());
     const auto want = greedy(*cpu, prompt, 12);
@@ -136,9 +133,7 @@ TEST(ShardLoading, DummyWeightsAreMadeOnlyForTheRanksShare) {
   const std::vector<int32_t> prompt = {1, 17, 42, 99, 5, 250, 3, 8, 77, 123, 64, 2};
   for (const char* arch : {"glm4_moe", "deepseek_v3"}) {
     mxtest::TempDir d;
-    SyntheticSpec s;
-    s.arch = arch;
-    write_synthetic_model(d.path().string(), s);
+    mxtest::make_synthetic(d.path().string(), arch, DType::BF16);
     const int experts = load_checkpoint(d.path().string()).config.moe.n_routed_experts;
     LoadOptions lo;
     lo.load_format = "dummy", lo.dummy_dtype = "f32";
