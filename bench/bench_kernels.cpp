@@ -1,6 +1,8 @@
 // CPU kernel throughput: decode GEMV (weights streamed from DRAM), prefill GEMM,
 // for F32, BF16, MXFP4 and block FP8 weights (GEMV GB/s counts the weight bytes
-// read, block scales included: 4.25 bits per element for MXFP4),
+// read, block scales included: 4.25 bits per element for MXFP4), paged attention
+// with f32 and bf16 products (a prefill chunk at the end of a long context; one
+// decode token),
 // and STREAM-like memory bandwidth on the same thread pool, so the GEMV GB/s can be
 // read against what the machine's memory delivers.
 //   build/bench_kernels [--benchmark_filter=...]   (MXSERVE_THREADS / MXSERVE_ISA apply)
@@ -14,6 +16,7 @@
 #include "core/cpu_features.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "backends/cpu/attention.h"
 #include "backends/cpu/matmul.h"
 
 namespace {
@@ -156,6 +159,54 @@ GEMM(MXFP4, 896, 4864);
 GEMM(F8_E4M3, 4864, 896);
 GEMM(F8_E4M3, 896, 4864);
 
+// --- Paged attention ----------------------------------------------------------
+// Qwen3-0.5B's shape (14 query heads over 2 KV heads of 64), one sequence of
+// `ctx` positions in blocks of 16; the last n_q positions query it (a prefill
+// chunk, or n_q = 1: decode). GFLOP/s counts Q.K^T and P.V: 2 (hd + vd) per
+// (row, key) attended.
+void BM_Attention(benchmark::State& st, AttnProducts products, DType cache) {
+  const int ctx = int(st.range(0)), n_q = int(st.range(1));
+  const int H = 14, G = 2, hd = 64, bs = 16, blocks = (ctx + bs - 1) / bs;
+  if (products == AttnProducts::Bf16 && !(cpu_features().avx512bf16 && isa_supported(Isa::Avx512))) {
+    st.SkipWithError("no AVX512-BF16 on this CPU");
+    return;
+  }
+  const Isa isa = products == AttnProducts::Bf16 ? Isa::Avx512 : best_isa();
+  const int64_t width = int64_t(G) * hd, slots = int64_t(blocks) * bs;
+  Buffer k(dtype_bytes(cache, slots * width)), v(dtype_bytes(cache, slots * width));
+  fill(k.data(), cache, slots * width, 1);
+  fill(v.data(), cache, slots * width, 2);
+  std::vector<float> q(size_t(n_q) * H * hd), out(size_t(n_q) * H * hd);
+  fill(q.data(), DType::F32, int64_t(q.size()), 3);
+  std::vector<int32_t> table(blocks), seq(n_q, 0), pos(n_q);
+  for (int b = 0; b < blocks; ++b) table[b] = b;
+  for (int i = 0; i < n_q; ++i) pos[i] = ctx - n_q + i;
+  const PagedKV kv{k.data(), v.data(), int(width), int(width), bs, cache};
+  const AttnArgs a{H, G, hd, 0.125f};
+  AttnScratch scratch;
+  for (auto _ : st) {
+    cpu_paged_attention(isa, products, out.data(), q.data(), H * hd, kv, a, table.data(), blocks, seq.data(),
+                        pos.data(), n_q, pool(), scratch);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  double pairs = 0;
+  for (int i = 0; i < n_q; ++i) pairs += double(pos[i] + 1) * H;
+  st.counters["GFLOP/s"] = per_second(2.0 * (hd + hd) * pairs / 1e9);
+  st.SetLabel(std::string(isa_name(isa)) + (products == AttnProducts::Bf16 ? " bf16 products" : " f32 products") +
+              ", " + dtype_name(cache) + " cache");
+}
+
+#define ATTENTION(products, cache)                                                                    \
+  BENCHMARK_CAPTURE(BM_Attention, products##_##cache, AttnProducts::products, DType::cache)           \
+      ->Args({4096, 512})->Args({16384, 512})->Args({4096, 1})->Args({16384, 1})->Args({65536, 1})          \
+      ->ArgNames({"ctx", "q"})                                                                        \
+      ->UseRealTime()
+ATTENTION(F32, F32);
+ATTENTION(F32, BF16);
+ATTENTION(Bf16, BF16);
+ATTENTION(Bf16, F8_E4M3);
+
 // --- STREAM-like bandwidth, parallel over the same pool -------------------------
 
 struct Arrays {
@@ -244,6 +295,9 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("cpu", cpu_model_name() + " (" + cpu_key() + ")");
   benchmark::AddCustomContext("isa", std::string(isa_name(best_isa())) + ", features " + cpu_features_string());
   benchmark::AddCustomContext("bf16_activations", matmul_bf16_activations(best_isa()) ? "on" : "off");
+  benchmark::AddCustomContext(
+      "bf16_attention", attention_products(best_isa(), DType::BF16) == AttnProducts::Bf16 ? "on (bf16 / fp8 caches)"
+                                                                                            : "off");
   benchmark::AddCustomContext("threads", std::to_string(pool().size()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -395,7 +395,10 @@ TEST(Backend, PrefillAttentionEqualsDecodeAttention) {
 TEST(Backend, Bf16AndFp8KvCachesHoldTheRoundedValues) {
   // kv_write into a bf16 / fp8 cache rounds each value once (round to nearest
   // even); attention over it equals attention over an f32 cache holding those
-  // rounded values, bit for bit, for GQA and MLA's values-in-K layout.
+  // rounded values, bit for bit, for GQA and MLA's values-in-K layout. With f32
+  // products on both: on AVX512-BF16 a bf16 / fp8 cache otherwise gets bf16
+  // products (backends/cpu/attention.h; test_attention.cpp checks those).
+  const mxtest::F32Activations f32_products;
   auto b = make_backend("cpu");
   std::mt19937 rng(11);
   Dev d(*b);

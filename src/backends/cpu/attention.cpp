@@ -3,10 +3,14 @@
 #include "backends/cpu/attention.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "core/error.h"
+#include "backends/cpu/matmul.h"
 #include "backends/cpu/ops.h"
 
 namespace mx {
@@ -66,17 +70,40 @@ void attend_scalar(const Call& c, const int32_t* tables, int max_blocks, const i
   });
 }
 
-const Kernel* tiled_kernel(Isa isa) {
+const Kernel* tiled_kernel(Isa isa, AttnProducts products) {
   static const Kernel k512 = attn_detail::avx512_attention_kernel();
+  static const Kernel k512bf16 = attn_detail::avx512_bf16_attention_kernel();
   static const Kernel k2 = attn_detail::avx2_attention_kernel();
+  if (products == AttnProducts::Bf16) {
+    MX_CHECK(isa == Isa::Avx512 && cpu_features().avx512bf16,
+             "attention: bf16 products need AVX-512 with AVX512-BF16 (asked on {}; this CPU: {})", isa_name(isa),
+             cpu_features_string());
+    return &k512bf16;
+  }
   if (isa == Isa::Avx512) return &k512;
   if (isa == Isa::Avx2) return &k2;
   return nullptr;
 }
 
+std::atomic<bool>& bf16_attention_setting() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("MXSERVE_BF16_ATTENTION");
+    return !(e && std::string(e) == "0");
+  }()};
+  return on;
+}
+
 }  // namespace
 
-void cpu_paged_attention(Isa isa, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
+AttnProducts attention_products(Isa isa, DType cache) {
+  const bool bf16 = cache != DType::F32 && isa == Isa::Avx512 && cpu_features().avx512bf16 &&
+                    matmul_bf16_activations(isa) && bf16_attention_setting();
+  return bf16 ? AttnProducts::Bf16 : AttnProducts::F32;
+}
+
+bool set_attention_bf16(bool on) { return bf16_attention_setting().exchange(on); }
+
+void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
                          const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
                          int64_t T, ThreadPool& pool, AttnScratch& s) {
   MX_CHECK(a.n_kv_heads > 0 && a.n_heads > 0 && a.n_heads % a.n_kv_heads == 0, "attention: {} heads over {} kv heads",
@@ -93,7 +120,7 @@ void cpu_paged_attention(Isa isa, float* out, const float* q, int q_stride, cons
   for (int64_t t = 0; t < T; ++t)
     MX_CHECK(pos[t] >= 0 && seq[t] >= 0, "attention: token {} at position {} of sequence {}", t, pos[t], seq[t]);
   const Call c{out, q, q_stride, kv, a};
-  const Kernel* k = tiled_kernel(isa);
+  const Kernel* k = tiled_kernel(isa, products);
   if (!k) return attend_scalar(c, block_tables, max_blocks, seq, pos, T, pool, s.floats);
 
   // Runs of consecutive positions of one sequence, then items of up to

@@ -36,10 +36,24 @@
 // Results differ between ISAs (as the matmul's do): the scalar ISA keeps the
 // plain per-(token, head) loop below, the same for every batch.
 //
-// Caches: F32 rows are read in place; BF16 and F8_E4M3 rows of a key block are
-// widened to f32 once per work item (exactly, both formats fit in f32), so
-// attention over a bf16 / fp8 cache equals attention over an f32 cache holding
-// the rounded values, bit for bit.
+// AttnProducts::Bf16 (AVX512-BF16 only, attention_bf16_avx512.cpp states its
+// sequence): the same tiles, blocks and online softmax, with q, k, v and the
+// weights P rounded to bf16 and both products on vdpbf16ps, which does two
+// multiply-adds per lane where an FMA does one. The contract above holds as
+// stated (batch invariance; later inf / NaN cannot leak); what changes is the
+// value, by the roundings: as llama.cpp's CPU flash attention multiplies f16 Q
+// and K and FlashAttention-2 multiplies P in the inputs' 16-bit type.
+// attention_products() picks it for BF16 and FP8 caches (whose keys and values
+// are bf16-exact already: the roundings left are q's and P's) where the bf16
+// matmuls are on (matmul.h, MXSERVE_BF16_ACTIVATIONS), unless
+// MXSERVE_BF16_ATTENTION=0. An F32 cache keeps f32 products: a model served in
+// f32 stays f32 end to end.
+//
+// Caches, with f32 products: F32 rows are read in place; BF16 and F8_E4M3 rows
+// of a key block are widened to f32 once per work item (exactly, both formats
+// fit in f32), so attention over a bf16 / fp8 cache equals attention over an
+// f32 cache holding the rounded values, bit for bit. The bf16 products read
+// every cache's rows in place.
 #include <cstdint>
 #include <vector>
 
@@ -84,6 +98,7 @@ struct Kernel {
 };
 
 Kernel avx512_attention_kernel();
+Kernel avx512_bf16_attention_kernel();
 Kernel avx2_attention_kernel();
 
 }  // namespace attn_detail
@@ -97,11 +112,23 @@ struct AttnScratch {
   std::vector<int64_t> load;
 };
 
+// The precision of Q.K^T and P.V (above).
+enum class AttnProducts { F32, Bf16 };
+
+// Bf16 for a BF16 or F8_E4M3 cache where `isa` is AVX-512 on a CPU with
+// AVX512-BF16, matmul_bf16_activations(isa) holds and attention's own switch is
+// on (MXSERVE_BF16_ATTENTION, default on; set_attention_bf16 for tests); F32
+// otherwise.
+AttnProducts attention_products(Isa isa, DType cache);
+// Returns the previous setting. Process-wide; change it only while no attention runs.
+bool set_attention_bf16(bool on);
+
 // The whole op: validates the arguments (clear errors for bad head counts,
 // negative positions), splits the batch into work items (runs of consecutive
 // positions of one sequence x KV head x up to a few row tiles), deals them to
-// the pool's workers longest first and runs the ISA's kernel.
-void cpu_paged_attention(Isa isa, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
+// the pool's workers longest first and runs the ISA's kernel. Bf16 products on
+// an ISA or CPU without them are an error.
+void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
                          const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
                          int64_t n_tokens, ThreadPool& pool, AttnScratch& scratch);
 

@@ -1,8 +1,9 @@
 #pragma once
 // The tiled attention kernel (attention.h states the contract and the sequence
 // of operations every row performs), written once over a SIMD traits class S
-// and instantiated by attention_avx512.cpp (16 lanes) and attention_avx2.cpp
-// (8 lanes). Include only from a file compiled for the traits' ISA.
+// and a products class P, and instantiated by attention_avx512.cpp (16 lanes),
+// attention_avx2.cpp (8 lanes) and attention_bf16_avx512.cpp (16 lanes, bf16
+// products). Include only from a file compiled for the traits' ISA.
 //
 // S provides: F (float vector of V lanes), I (int32 vector), M (lane mask);
 // KS (keys per Q.K^T micro-tile) and DS (value dims per P.V micro-tile), chosen
@@ -12,11 +13,27 @@
 // (lanes whose pos >= k), eq, select(m, a, b) (m ? a : b), mask_fma(a, b, c, m)
 // (a*b+c in lanes of m, c elsewhere) and exp (below, per ISA).
 //
+// P computes the two products of a key block (F32Products below: f32 FMAs on
+// the cache's rows; attention_bf16_avx512.cpp: vdpbf16ps on bf16 pairs):
+//   q_floats(a), kv_floats(a), p_floats(a): scratch floats of its packed queries
+//     (per tile), packed keys and values (per block) and packed weights;
+//   pack_queries(qt, hd, qp): once per tile and item, from qt[d][RT];
+//   kReadsNarrow: whether it takes BF16 and F8_E4M3 caches' rows as they are
+//     (else they are widened to f32 first);
+//   pack_block(b, n, a): once per key block and item, into b.kvp from the rows
+//     b.kp[j], b.vp[j] (j < n) of the block's keys and values;
+//   scores<NV>(t, b, nk, a, s): s[j][RT] for the block's keys j < nk, -inf where
+//     a row's position is below the key's;
+//   values<NV>(ot, t, b, nk, alpha, s, a, pp): o = o * alpha + P.V over keys j < nk;
+//   both for the tile's first NV vectors of rows (1 when the second holds padding only).
+//
 // Layout of a tile: RT = 2V rows in the lanes of two vectors. Per tile, in the
 // worker's scratch: qt[d][RT] (the rows' queries, transposed), ot[d][RT] (the
 // running outputs o), m[RT], l[RT] (and on the stack pos[RT], -1 in padding lanes). Per key
 // block: s[KB][RT] (scores, then weights P in place). Only explicit intrinsics
 // do float math here, so compiler contraction cannot change a row's sequence.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -25,17 +42,106 @@
 
 namespace mx::attn_detail {
 
+// What a tile and a key block hand to the products class.
+struct TileRows {
+  const float* qt;    // queries, transposed: qt[d][RT]
+  const float* qp;    // P's packed queries
+  const int32_t* pos; // the rows' positions (-1: padding)
+};
+struct KeyBlock {
+  const void* const* kp;  // the block's key rows (past the block's end: a zero row)
+  const void* const* vp;  // its value rows
+  DType dt;               // theirs: F32, or the cache's where P reads narrow rows (kReadsNarrow)
+  float* kvp;             // P's packed keys and values
+  int kpos0;              // the block's first position
+};
+
+// The f32 products: FMAs on the cache's rows (widened to f32), one key (Q.K^T)
+// or one value dim (P.V) broadcast against the tile's rows in the lanes.
 template <class S>
+struct F32Products {
+  using F = typename S::F;
+  using M = typename S::M;
+  static constexpr int V = S::V, RT = 2 * V, KS = S::KS, DS = S::DS;
+
+  static constexpr bool kReadsNarrow = false;  // rows reach it as f32 (bf16 / fp8 caches widened first)
+  static int64_t q_floats(const AttnArgs&) { return 0; }
+  static int64_t kv_floats(const AttnArgs&) { return 0; }
+  static int64_t p_floats(const AttnArgs&) { return 0; }
+  static void pack_queries(const float*, int, float*) {}
+  static void pack_block(const KeyBlock&, int, const AttnArgs&) {}
+
+  // Keys [j0, j0 + KS): s[j] = (fma chain over d) * scale, -inf where the row's position is below the key's;
+  // for the tile's first NV vectors of rows.
+  template <int NV>
+  static void score_tile(const TileRows& t, int hd, const KeyBlock& b, int j0, F scale, float* s) {
+    F acc[KS][NV];
+    for (int k = 0; k < KS; ++k)
+      for (int n = 0; n < NV; ++n) acc[k][n] = S::zero();
+    for (int d = 0; d < hd; ++d) {
+      F q[NV];
+      for (int n = 0; n < NV; ++n) q[n] = S::load(t.qt + d * RT + n * V);
+      for (int k = 0; k < KS; ++k) {
+        const F kv = S::bcast(static_cast<const float*>(b.kp[j0 + k]) + d);
+        for (int n = 0; n < NV; ++n) acc[k][n] = S::fma(kv, q[n], acc[k][n]);
+      }
+    }
+    const F ninf = S::set1(-std::numeric_limits<float>::infinity());
+    for (int n = 0; n < NV; ++n) {
+      const auto pv = S::loadi(t.pos + n * V);
+      for (int k = 0; k < KS; ++k)
+        S::store(s + (j0 + k) * RT + n * V, S::select(S::ge(pv, b.kpos0 + j0 + k), S::mul(acc[k][n], scale), ninf));
+    }
+  }
+  template <int NV>
+  static void scores(const TileRows& t, const KeyBlock& b, int nk, const AttnArgs& a, float* s) {
+    const F scale = S::set1(a.scale);
+    for (int j0 = 0; j0 < nk; j0 += KS) score_tile<NV>(t, a.head_dim, b, j0, scale, s);
+  }
+
+  // o[d0 .. d0+ND) = o * alpha + sum_j P_j v_j[d] (masked per row) over the block's nk keys.
+  template <int NV, int ND>
+  static void value_tile(float* ot, int d0, const TileRows& t, const KeyBlock& b, int nk, const float* s,
+                         const F* alpha) {
+    F acc[ND][NV];
+    for (int dd = 0; dd < ND; ++dd)
+      for (int n = 0; n < NV; ++n) acc[dd][n] = S::mul(S::load(ot + (d0 + dd) * RT + n * V), alpha[n]);
+    decltype(S::loadi(t.pos)) pos[NV];
+    for (int n = 0; n < NV; ++n) pos[n] = S::loadi(t.pos + n * V);
+    for (int j = 0; j < nk; ++j) {
+      F w[NV];
+      M m[NV];
+      for (int n = 0; n < NV; ++n) w[n] = S::load(s + j * RT + n * V), m[n] = S::ge(pos[n], b.kpos0 + j);
+      const float* v = static_cast<const float*>(b.vp[j]) + d0;
+      for (int dd = 0; dd < ND; ++dd) {
+        const F x = S::bcast(v + dd);
+        for (int n = 0; n < NV; ++n) acc[dd][n] = S::mask_fma(x, w[n], acc[dd][n], m[n]);
+      }
+    }
+    for (int dd = 0; dd < ND; ++dd)
+      for (int n = 0; n < NV; ++n) S::store(ot + (d0 + dd) * RT + n * V, acc[dd][n]);
+  }
+  template <int NV>
+  static void values(float* ot, const TileRows& t, const KeyBlock& b, int nk, const F* alpha, const float* s,
+                     const AttnArgs& a, float*) {
+    const int vd = a.vd();
+    int d = 0;
+    for (; d + DS <= vd; d += DS) value_tile<NV, DS>(ot, d, t, b, nk, s, alpha);
+    for (; d < vd; ++d) value_tile<NV, 1>(ot, d, t, b, nk, s, alpha);
+  }
+};
+
+template <class S, class P = F32Products<S>>
 struct Tiled {
   using F = typename S::F;
   using M = typename S::M;
-  static constexpr int V = S::V, RT = 2 * V, KB = kAttnKeyBlock, KS = S::KS, DS = S::DS;
+  static constexpr int V = S::V, RT = 2 * V, KB = kAttnKeyBlock, KS = S::KS;
   static constexpr int TG = 4;  // row tiles per work item: K/V blocks are read (widened) once for all of them
   static constexpr int kItemRows = TG * RT;
 
   static int64_t up(int64_t n) { return (n + 15) / 16 * 16; }
   struct Layout {
-    int64_t qt, ot, m, l, s, kw, vw, zero, total;
+    int64_t qt, ot, m, l, s, kw, vw, zero, qp, kvp, pp, total;
   };
   static Layout layout(const AttnArgs& a) {
     const int64_t hd = a.head_dim, vd = a.vd();
@@ -46,67 +152,28 @@ struct Tiled {
     L.m = o, o += TG * RT;
     L.l = o, o += TG * RT;
     L.s = o, o += KB * RT;
-    L.kw = o, o += up(KB * hd);
-    L.vw = o, o += up(KB * vd);
+    const int64_t widened = P::kReadsNarrow ? 0 : 1;  // rows widened to f32 here, or read in place
+    L.kw = o, o += widened * up(KB * hd);
+    L.vw = o, o += widened * up(KB * vd);
     L.zero = o, o += up(std::max(hd, vd));
+    L.qp = o, o += TG * up(P::q_floats(a));
+    L.kvp = o, o += up(P::kv_floats(a));
+    L.pp = o, o += up(P::p_floats(a));
     L.total = o;
     return L;
   }
   static int64_t scratch_floats(const AttnArgs& a) { return layout(a).total; }
 
-  // Q.K^T for keys [j0, j0 + KS) of the block (kp: their rows): s[j] = (fma chain over d) * scale,
-  // -inf where the row's position is below the key's.
-  static void scores(const float* qt, int hd, const float* const* kp, int j0, int kpos0, const int32_t* posl,
-                     F scale, float* s) {
-    F acc[KS][2];
-    for (int k = 0; k < KS; ++k) acc[k][0] = S::zero(), acc[k][1] = S::zero();
-    for (int d = 0; d < hd; ++d) {
-      const F q0 = S::load(qt + d * RT), q1 = S::load(qt + d * RT + V);
-      for (int k = 0; k < KS; ++k) {
-        const F kv = S::bcast(kp[j0 + k] + d);
-        acc[k][0] = S::fma(kv, q0, acc[k][0]);
-        acc[k][1] = S::fma(kv, q1, acc[k][1]);
-      }
-    }
-    const F ninf = S::set1(-std::numeric_limits<float>::infinity());
-    for (int n = 0; n < 2; ++n) {
-      const auto pv = S::loadi(posl + n * V);
-      for (int k = 0; k < KS; ++k)
-        S::store(s + (j0 + k) * RT + n * V, S::select(S::ge(pv, kpos0 + j0 + k), S::mul(acc[k][n], scale), ninf));
-    }
-  }
-
-  // o[d0 .. d0+ND) = o * alpha + sum_j P_j v_j[d] (masked per row) over the block's nk keys.
-  template <int ND>
-  static void pv(float* ot, int d0, const float* const* vp, int nk, int kpos0, const int32_t* posl,
-                 const float* s, const F* alpha) {
-    F acc[ND][2];
-    for (int dd = 0; dd < ND; ++dd)
-      for (int n = 0; n < 2; ++n) acc[dd][n] = S::mul(S::load(ot + (d0 + dd) * RT + n * V), alpha[n]);
-    const auto p0 = S::loadi(posl), p1 = S::loadi(posl + V);
-    for (int j = 0; j < nk; ++j) {
-      const F w0 = S::load(s + j * RT), w1 = S::load(s + j * RT + V);
-      const M m0 = S::ge(p0, kpos0 + j), m1 = S::ge(p1, kpos0 + j);
-      const float* v = vp[j] + d0;
-      for (int dd = 0; dd < ND; ++dd) {
-        const F x = S::bcast(v + dd);
-        acc[dd][0] = S::mask_fma(x, w0, acc[dd][0], m0);
-        acc[dd][1] = S::mask_fma(x, w1, acc[dd][1], m1);
-      }
-    }
-    for (int dd = 0; dd < ND; ++dd)
-      for (int n = 0; n < 2; ++n) S::store(ot + (d0 + dd) * RT + n * V, acc[dd][n]);
-  }
-
-  // One key block [kpos0, kpos0 + nk) for one tile.
-  static void block(const AttnArgs& a, float* qt, float* ot, float* ml, float* ll, const int32_t* posl,
-                    const float* const* kp, const float* const* vp, int nk, int kpos0, float* s) {
-    const int hd = a.head_dim, vd = a.vd();
-    const F scale = S::set1(a.scale);
-    for (int j0 = 0; j0 < nk; j0 += KS) scores(qt, hd, kp, j0, kpos0, posl, scale, s);
+  // One key block [kpos0, kpos0 + nk) for one tile: scores, the online softmax's rescale, P.V; for
+  // its first NV vectors of rows (a tile whose rows fit one vector, e.g. a decode token's GQA group,
+  // skips the second: every lane's operations are its own, so the bits do not change).
+  template <int NV>
+  static void block(const AttnArgs& a, const TileRows& t, float* ot, float* ml, float* ll, const KeyBlock& b, int nk,
+                    float* s, float* pp) {
+    P::template scores<NV>(t, b, nk, a, s);
     const F ninf = S::set1(-std::numeric_limits<float>::infinity()), zero = S::zero();
     F alpha[2];
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < NV; ++n) {
       F mb = ninf;
       for (int j = 0; j < nk; ++j) mb = S::max(mb, S::load(s + j * RT + n * V));
       const F m_old = S::load(ml + n * V);
@@ -124,9 +191,21 @@ struct Tiled {
       S::store(ll + n * V, l);
       S::store(ml + n * V, m_new);
     }
-    int d = 0;
-    for (; d + DS <= vd; d += DS) pv<DS>(ot, d, vp, nk, kpos0, posl, s, alpha);
-    for (; d < vd; ++d) pv<1>(ot, d, vp, nk, kpos0, posl, s, alpha);
+    P::template values<NV>(ot, t, b, nk, alpha, s, a, pp);
+  }
+
+  // Asks for the rows of positions [b, e) while this block computes: a long
+  // context's cache comes from DRAM, and a decode item has little work per row
+  // to hide the misses behind.
+  static void prefetch_block(const Item& it, int b, int e, int bs, const void* k, const void* v, int64_t kwid,
+                             int64_t vwid, int64_t koff, int64_t voff, size_t es, int64_t kbytes, int64_t vbytes) {
+    for (int j = b; j < e; ++j) {
+      const int64_t slot = int64_t(it.table[j / bs]) * bs + j % bs;
+      const char* kr = static_cast<const char*>(k) + (slot * kwid + koff) * int64_t(es);
+      const char* vr = static_cast<const char*>(v) + (slot * vwid + voff) * int64_t(es);
+      for (int64_t o = 0; o < kbytes; o += 64) _mm_prefetch(kr + o, _MM_HINT_T0);
+      for (int64_t o = 0; o < vbytes; o += 64) _mm_prefetch(vr + o, _MM_HINT_T0);
+    }
   }
 
   static void run(const Call& c, const Item& it, float* scratch) {
@@ -158,6 +237,7 @@ struct Tiled {
         const float* qr = c.q + (it.t0 + i) * int64_t(c.q_stride) + int64_t(h) * hd;
         for (int d = 0; d < hd; ++d) qt[d * RT + lane] = qr[d];
       }
+      P::pack_queries(qt, hd, scratch + L.qp + tile * up(P::q_floats(a)));
     }
     // Rows are in ascending position, so a tile's last real lane holds its largest.
     auto tile_max = [&](int tile) {
@@ -165,21 +245,23 @@ struct Tiled {
       for (int lane = 0; lane < RT; ++lane) m = std::max(m, posall[tile * RT + lane]);
       return m;
     };
-    const bool wide = kv.dtype == DType::F32;
+    // Rows read in place: an F32 cache's, and any cache's where P reads narrow rows.
+    const bool in_place = kv.dtype == DType::F32 || P::kReadsNarrow;
+    const size_t es = in_place ? dtype_bits(kv.dtype) / 8 : 0;
     const void* vbase = a.values_in_k ? kv.k : kv.v;
     const int64_t kwid = kv.k_width, vwid = a.values_in_k ? kv.k_width : kv.v_width;
     const int64_t koff = int64_t(it.g) * hd, voff = int64_t(it.g) * vd;
     float* zero = scratch + L.zero;
     std::memset(zero, 0, sizeof(float) * std::max(hd, vd));
-    const float* kp[KB + KS];
-    const float* vp[KB];
+    const void* kp[KB + KS];
+    const void* vp[KB];
     for (int kb = 0; kb <= max_pos; kb += KB) {
       const int ke = std::min(kb + KB, max_pos + 1);
       for (int j = kb; j < ke; ++j) {
         const int64_t slot = int64_t(it.table[j / bs]) * bs + j % bs;
-        if (wide) {
-          kp[j - kb] = static_cast<const float*>(kv.k) + slot * kwid + koff;
-          vp[j - kb] = static_cast<const float*>(vbase) + slot * vwid + voff;
+        if (in_place) {
+          kp[j - kb] = static_cast<const char*>(kv.k) + (slot * kwid + koff) * es;
+          vp[j - kb] = static_cast<const char*>(vbase) + (slot * vwid + voff) * es;
         } else {  // widen this block's rows once for every tile of the item (exact)
           float* kr = scratch + L.kw + int64_t(j - kb) * hd;
           float* vr = scratch + L.vw + int64_t(j - kb) * vd;
@@ -188,14 +270,24 @@ struct Tiled {
           kp[j - kb] = kr, vp[j - kb] = vr;
         }
       }
+      if (in_place) prefetch_block(it, kb + KB, std::min(kb + 2 * KB, max_pos + 1), bs, kv.k, vbase, kwid, vwid,
+                                   koff, voff, es, int64_t(hd) * es, int64_t(vd) * es);
       for (int j = ke - kb; j < KB + KS; ++j) kp[j] = zero;  // a micro-tile's keys past the end
+      for (int j = ke - kb; j < KB; ++j) vp[j] = zero;
+      const KeyBlock b{kp, vp, in_place ? kv.dtype : DType::F32, scratch + L.kvp, kb};
+      P::pack_block(b, ke - kb, a);
       for (int tile = 0; tile < n_tiles; ++tile) {
         const int tm = tile_max(tile);
         if (tm < kb) continue;  // no row of this tile reaches the block: identity for all of them
         const int nk = std::min(ke, tm + 1) - kb;
-        block(a, scratch + L.qt + int64_t(tile) * hd * RT, scratch + L.ot + int64_t(tile) * vd * RT,
-              scratch + L.m + tile * RT, scratch + L.l + tile * RT, posall + tile * RT, kp, vp, nk, kb,
-              scratch + L.s);
+        const TileRows t{scratch + L.qt + int64_t(tile) * hd * RT, scratch + L.qp + tile * up(P::q_floats(a)),
+                         posall + tile * RT};
+        float *ot = scratch + L.ot + int64_t(tile) * vd * RT, *ml = scratch + L.m + tile * RT,
+              *ll = scratch + L.l + tile * RT;
+        if (posall[tile * RT + V] < 0)  // the second vector holds padding only
+          block<1>(a, t, ot, ml, ll, b, nk, scratch + L.s, scratch + L.pp);
+        else
+          block<2>(a, t, ot, ml, ll, b, nk, scratch + L.s, scratch + L.pp);
       }
     }
     // out = o / l, back to row-major.

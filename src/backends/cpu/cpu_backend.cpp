@@ -150,15 +150,16 @@ class CpuBackend final : public Backend {
   void paged_attention(float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
                        const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
                        int64_t T) override {
-    cpu_paged_attention(best_isa(), out, q, q_stride, kv, a, block_tables, max_blocks, seq, pos, T, pool_, attn_);
+    cpu_paged_attention(best_isa(), attention_products(best_isa(), kv.dtype), out, q, q_stride, kv, a, block_tables, max_blocks,
+                        seq, pos, T, pool_, attn_);
   }
   void prefill_attention(float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
                          const int32_t* block_table, int start_pos, int64_t n_q) override {
     prefill_seq_.assign(size_t(n_q), 0);
     prefill_pos_.resize(size_t(n_q));
     for (int64_t t = 0; t < n_q; ++t) prefill_pos_[t] = start_pos + int32_t(t);
-    cpu_paged_attention(best_isa(), out, q, q_stride, kv, a, block_table, 0, prefill_seq_.data(), prefill_pos_.data(),
-                        n_q, pool_, attn_);
+    cpu_paged_attention(best_isa(), attention_products(best_isa(), kv.dtype), out, q, q_stride, kv, a, block_table, 0,
+                        prefill_seq_.data(), prefill_pos_.data(), n_q, pool_, attn_);
   }
 
   void moe_route(int32_t* ids, float* w, const float* logits, int64_t T, const RouteArgs& r) override {
