@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/generate.h"
+#include "backends/cpu/attention.h"
 #include "backends/cpu/matmul.h"
 #include "models/model.h"
 #include "devtools/synthetic.h"
@@ -27,10 +28,14 @@ int main(int argc, char** argv) {
   std::string dir = "build/models/qwen3-medium-bf16";
   int prompt_len = 128, tokens = 64;
   bool verify_costs = false;
-  const char* usage = "usage: bench_decode [MODEL_DIR|FILE] [--prompt N] [--tokens N] [--verify-costs]\n";
+  std::string kv_dtype = "auto";
+  const char* usage =
+      "usage: bench_decode [MODEL_DIR|FILE] [--prompt N] [--tokens N] [--kv-dtype auto|f32|bf16|fp8] "
+      "[--verify-costs]\n";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) prompt_len = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--kv-dtype") && i + 1 < argc) kv_dtype = argv[++i];
     else if (!std::strcmp(argv[i], "--verify-costs")) verify_costs = true;
     else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return std::printf("%s", usage), 0;
     else if (argv[i][0] == '-') return std::fprintf(stderr, "bench_decode: unknown option %s\n%s", argv[i], usage), 2;
@@ -53,15 +58,18 @@ int main(int argc, char** argv) {
     for (int i = 0; i < prompt_len; ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
     GenerateOptions o;
     o.max_tokens = tokens;
+    o.kv_dtype = kv_dtype;
     o.sampling.temperature = 0;
     o.ignore_eos = true;
     generate(*model, prompt, {.max_tokens = 2, .sampling = o.sampling, .ignore_eos = true});  // warm the page cache
     GenerateResult r = generate(*model, prompt, o);
     const double decode_tps = (r.tokens.size() - 1) / r.decode_seconds;
     const double bytes_per_token = double(model->bytes_per_token());  // MoE: the selected experts only
-    std::printf("model: %s, %lld parameters, isa %s, %d threads, bf16 activations %s\n", c.architecture.c_str(),
-                (long long)model->parameter_count(), isa_name(best_isa()), global_pool().size(),
-                matmul_bf16_activations(best_isa()) ? "on" : "off");
+    const DType kv = kv_cache_dtype(kv_dtype, *model);
+    std::printf("model: %s, %lld parameters, isa %s, %d threads, bf16 activations %s, %s KV cache, %s attention\n",
+                c.architecture.c_str(), (long long)model->parameter_count(), isa_name(best_isa()),
+                global_pool().size(), matmul_bf16_activations(best_isa()) ? "on" : "off", dtype_name(kv),
+                attention_products(best_isa(), kv) == AttnProducts::Bf16 ? "bf16" : "f32");
     std::printf("cpu: %s (%s; %s)\n", cpu_model_name().c_str(), cpu_key().c_str(), cpu_features_string().c_str());
     std::printf("prefill: %d tokens in %.3f s = %.1f tok/s\n", r.prompt_tokens, r.prefill_seconds,
                 r.prompt_tokens / r.prefill_seconds);
@@ -70,7 +78,7 @@ int main(int argc, char** argv) {
     if (verify_costs) {
       // Best of 5: the prompt is prefilled, then T new tokens run in one forward
       // with logits for all of them (as a verification does).
-      KVPool pool(model->kv_layout(), (prompt_len + 8 + 15) / 16, 16, model->backend());
+      KVPool pool(model->kv_layout(), (prompt_len + 8 + 15) / 16, 16, model->backend(), kv);
       std::vector<float> lg(size_t(c.vocab_size) * 8);
       double t1 = 0;
       for (int T = 1; T <= 8; ++T) {

@@ -184,13 +184,15 @@ Command add_generate(CLI::App& app) {
 Command add_logits(CLI::App& app) {
   auto* s = app.add_subcommand("logits", "Print the last prompt position's logits, one per line");
   auto a = std::make_shared<ModelArgs>();
+  auto kv_dtype = std::make_shared<std::string>("auto");
   a->add(s);
+  add_kv_dtype_option(s, *kv_dtype);
   s->get_option("--prompt-ids")->required();
-  return {s, [a] {
+  return {s, [a, kv_dtype] {
             if (a->threads) set_global_threads(a->threads);
             auto model = a->load();
             if (!model) return 0;
-            auto logits = prompt_logits(*model, parse_token_ids(a->prompt_ids));
+            auto logits = prompt_logits(*model, parse_token_ids(a->prompt_ids), false, 512, *kv_dtype);
             for (float v : logits) std::printf("%.7g\n", v);
             return 0;
           }};

@@ -37,7 +37,8 @@ inline void add_load_options(CLI::App* s, LoadOptions& lo) {
 }
 
 inline constexpr const char* kKvDtypeHelp =
-    "KV cache values: auto (bf16 on a GPU backend, f32 on the CPU), f32, bf16 or fp8 (E4M3, unscaled)";
+    "KV cache values: auto (bf16 on a GPU backend; on the CPU bf16 where attention multiplies in bf16 "
+    "(AVX512-BF16) and the model is not f32, else f32), f32, bf16 or fp8 (E4M3, unscaled)";
 inline void add_kv_dtype_option(CLI::App* s, std::string& kv_dtype) {
   s->add_option("--kv-dtype", kv_dtype, kKvDtypeHelp)
       ->check(CLI::IsMember({"auto", "f32", "bf16", "fp8"}))

@@ -11,7 +11,7 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& opts) : model_
            "engine: block size, max running and step tokens must be positive");
   const ModelConfig& c = model_->config();
   const KVLayout lay = model_->kv_layout();
-  const DType kv_dtype = kv_cache_dtype(opts_.kv_dtype, model_->backend());
+  const DType kv_dtype = kv_cache_dtype(opts_.kv_dtype, *model_);
   const size_t block_bytes = KVPool::block_bytes(lay, opts_.block_size, kv_dtype);
   int blocks = opts_.kv_blocks;
   if (blocks <= 0) {

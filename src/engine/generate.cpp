@@ -95,7 +95,7 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
       [&] {
         const int bs = 16, total = int(prompt.size()) + opts.max_tokens;
         pool = std::make_unique<KVPool>(model.kv_layout(), blocks_for(total, bs), bs, model.backend(),
-                                        kv_cache_dtype(opts.kv_dtype, model.backend()));
+                                        kv_cache_dtype(opts.kv_dtype, model));
         MX_CHECK(kv.reserve(*pool, total), "KV pool too small");
         prefill(model, *pool, kv, prompt, opts.prefill_chunk, logits.data());
       },
@@ -108,14 +108,15 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
 }
 
 std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& prompt,
-                                 bool all_positions, int chunk) {
+                                 bool all_positions, int chunk, const std::string& kv_dtype) {
   const ModelConfig& c = model.config();
   MX_CHECK(!prompt.empty(), "the prompt is empty");
   MX_CHECK(int(prompt.size()) <= c.max_position_embeddings,
            "prompt of {} tokens exceeds the model's context of {} tokens", prompt.size(),
            c.max_position_embeddings);
   const int bs = 16;
-  KVPool pool(model.kv_layout(), blocks_for(int(prompt.size()), bs), bs, model.backend());
+  KVPool pool(model.kv_layout(), blocks_for(int(prompt.size()), bs), bs, model.backend(),
+              kv_cache_dtype(kv_dtype, model));
   SeqKV kv;
   MX_CHECK(kv.reserve(pool, int(prompt.size())), "KV pool too small");
   std::vector<float> logits(size_t(c.vocab_size) * (all_positions ? prompt.size() : 1));

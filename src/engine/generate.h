@@ -35,9 +35,10 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
 
 
 // Logits of the last prompt position, or of every position ([n, vocab]), with
-// the prompt run in chunks of `chunk` tokens.
+// the prompt run in chunks of `chunk` tokens, over a KV cache of `kv_dtype`
+// (engine/kv_cache.h; auto: the one serving uses).
 std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& prompt,
-                                 bool all_positions = false, int chunk = 512);
+                                 bool all_positions = false, int chunk = 512, const std::string& kv_dtype = "auto");
 
 // Parses "1 2 3" or "1,2,3" into ids; throws mx::Error on anything else.
 std::vector<int32_t> parse_token_ids(const std::string& s);
