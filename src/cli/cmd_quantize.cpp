@@ -15,7 +15,12 @@ struct QualityArgs {
   std::string calib;
   int sequences = 8, length = 128;
   uint64_t seed = 0;
+  bool exact_reference = false;
+  static constexpr const char* kExactHelp =
+      "Run the reference with exact f32 products and an f32 KV cache (as MXSERVE_BF16_ACTIVATIONS=0), so the KL "
+      "also counts what the CPU's bf16 matmul and attention products and its bf16 KV cache cost";
   void add(CLI::App* s) {
+    s->add_flag("--exact-reference", exact_reference, kExactHelp);
     s->add_option("--calib", calib, "Token-id sequences to measure on, one per line (default: the "
                                     "reference model's own samples)");
     s->add_option("--sequences", sequences, "Self-generated sequences when no --calib")->check(CLI::Range(1, 10000));
@@ -24,7 +29,7 @@ struct QualityArgs {
   }
   QualityReport run(Model& ref, Model& q) const {
     auto seqs = calib.empty() ? self_generated_sequences(ref, sequences, length, seed) : read_token_file(calib);
-    return measure_quality(ref, q, seqs);
+    return measure_quality(ref, q, seqs, exact_reference);
   }
 };
 }  // namespace
@@ -80,6 +85,7 @@ Command add_eval(CLI::App& app) {
   s->add_option("--sequences", qa->sequences, "Self-generated sequences when no --tokens")->check(CLI::Range(1, 10000));
   s->add_option("--length", qa->length, "Tokens per self-generated sequence")->check(CLI::Range(2, 1 << 20));
   s->add_option("--seed", qa->seed, "Seed of the self-generated sequences");
+  s->add_flag("--exact-reference", qa->exact_reference, QualityArgs::kExactHelp);
   s->add_flag("--json", *json_out, "Print JSON");
   return {s, [=] {
             auto r = load_model(*ref), m = load_model(*model);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "backends/cpu/exact_products.h"
 #include "engine/generate.h"
 #include "models/decoder.h"
 #include "quant/dequantize.h"
@@ -26,7 +27,8 @@ void log_softmax(const float* x, int64_t n, std::vector<double>& out) {
 }
 }  // namespace
 
-QualityReport measure_quality(Model& ref, Model& quant, const std::vector<std::vector<int32_t>>& seqs) {
+QualityReport measure_quality(Model& ref, Model& quant, const std::vector<std::vector<int32_t>>& seqs,
+                              bool exact_reference) {
   MX_CHECK(ref.config().vocab_size == quant.config().vocab_size, "quality: models have different vocabularies");
   MX_CHECK(!seqs.empty(), "quality: no sequences to measure on");
   const int64_t V = ref.config().vocab_size;
@@ -36,7 +38,14 @@ QualityReport measure_quality(Model& ref, Model& quant, const std::vector<std::v
   int64_t agree = 0, scored = 0;
   for (const auto& s : seqs) {
     if (s.size() < 2) continue;
-    auto a = prompt_logits(ref, s, true), b = prompt_logits(quant, s, true);
+    std::vector<float> a;
+    if (exact_reference) {
+      const ExactCpuProducts exact;
+      a = prompt_logits(ref, s, true);
+    } else {
+      a = prompt_logits(ref, s, true);
+    }
+    const std::vector<float> b = prompt_logits(quant, s, true);
     for (size_t t = 0; t < s.size(); ++t) {
       const float* ra = a.data() + t * V;
       const float* rb = b.data() + t * V;

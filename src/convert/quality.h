@@ -32,7 +32,12 @@ struct QualityReport {
 // whose storage differs between the two models.
 std::vector<LayerError> weight_errors(const Model& ref, const Model& quant);
 
-QualityReport measure_quality(Model& ref, Model& quant, const std::vector<std::vector<int32_t>>& seqs);
+// exact_reference: the reference runs with exact f32 products on the CPU
+// (backends/cpu/exact_products.h), and so over an f32 KV cache (--kv-dtype auto),
+// so the KL also counts what the bf16 matmul and attention products and the bf16
+// cache cost the model under test.
+QualityReport measure_quality(Model& ref, Model& quant, const std::vector<std::vector<int32_t>>& seqs,
+                              bool exact_reference = false);
 
 // Sequences to measure on when no calibration file is given: the reference
 // model's own samples (temperature 1, fixed seeds) from BOS, so perplexity is
