@@ -167,7 +167,7 @@ GEMM(F8_E4M3, 896, 4864);
 void BM_Attention(benchmark::State& st, AttnProducts products, DType cache) {
   const int ctx = int(st.range(0)), n_q = int(st.range(1));
   const int H = 14, G = 2, hd = 64, bs = 16, blocks = (ctx + bs - 1) / bs;
-  if (products == AttnProducts::Bf16 && !(cpu_features().avx512bf16 && isa_supported(Isa::Avx512))) {
+  if (products == AttnProducts::Bf16 && !attention_bf16_supported(Isa::Avx512)) {
     st.SkipWithError("no AVX512-BF16 on this CPU");
     return;
   }

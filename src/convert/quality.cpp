@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -38,13 +39,10 @@ QualityReport measure_quality(Model& ref, Model& quant, const std::vector<std::v
   int64_t agree = 0, scored = 0;
   for (const auto& s : seqs) {
     if (s.size() < 2) continue;
-    std::vector<float> a;
-    if (exact_reference) {
-      const ExactCpuProducts exact;
-      a = prompt_logits(ref, s, true);
-    } else {
-      a = prompt_logits(ref, s, true);
-    }
+    std::optional<ExactCpuProducts> exact;
+    if (exact_reference) exact.emplace();
+    const std::vector<float> a = prompt_logits(ref, s, true);
+    exact.reset();
     const std::vector<float> b = prompt_logits(quant, s, true);
     for (size_t t = 0; t < s.size(); ++t) {
       const float* ra = a.data() + t * V;

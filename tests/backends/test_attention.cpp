@@ -82,7 +82,7 @@ struct Path {
 std::vector<Path> paths() {
   std::vector<Path> out;
   for (Isa isa : mxtest::cpu_isas()) out.push_back({isa, AttnProducts::F32});
-  if (cpu_features().avx512bf16 && isa_supported(Isa::Avx512))
+  if (attention_bf16_supported(Isa::Avx512))
     out.push_back({Isa::Avx512, AttnProducts::Bf16});
   else
     std::printf("[ attention ] bf16 products not tested: no AVX512-BF16 here (%s)\n", cpu_features_string().c_str());
@@ -96,8 +96,8 @@ std::vector<float> attend(Path path, Cache& c, const std::vector<float>& q, cons
                           const std::vector<int32_t>& pos, float scale, ThreadPool& pool) {
   std::vector<float> out(seq.size() * c.H * c.vd(), -7.0f);
   AttnScratch scratch;
-  cpu_paged_attention(path.isa, path.products, out.data(), q.data(), c.H * c.hd, c.kv(), c.args(scale), c.tables.data(), c.max_blocks,
-                      seq.data(), pos.data(), int64_t(seq.size()), pool, scratch);
+  cpu_paged_attention(path.isa, path.products, out.data(), q.data(), c.H * c.hd, c.kv(), c.args(scale),
+                      c.tables.data(), c.max_blocks, seq.data(), pos.data(), int64_t(seq.size()), pool, scratch);
   return out;
 }
 
@@ -248,19 +248,19 @@ TEST(CpuAttention, BadArgumentsAreRejected) {
   AttnScratch scratch;
   const std::vector<int32_t> seq{0}, bad_pos{-1}, pos{3};
   AttnArgs odd{4, 3, 16, 1.0f};
-  EXPECT_THROW(cpu_paged_attention(best_isa(), AttnProducts::F32, out.data(), q.data(), 64, c.kv(), odd, c.tables.data(), c.max_blocks,
-                                   seq.data(), pos.data(), 1, pool, scratch),
+  EXPECT_THROW(cpu_paged_attention(best_isa(), AttnProducts::F32, out.data(), q.data(), 64, c.kv(), odd,
+                                   c.tables.data(), c.max_blocks, seq.data(), pos.data(), 1, pool, scratch),
                Error);
-  EXPECT_THROW(cpu_paged_attention(best_isa(), AttnProducts::F32, out.data(), q.data(), 64, c.kv(), c.args(1.0f), c.tables.data(),
-                                   c.max_blocks, seq.data(), bad_pos.data(), 1, pool, scratch),
+  EXPECT_THROW(cpu_paged_attention(best_isa(), AttnProducts::F32, out.data(), q.data(), 64, c.kv(), c.args(1.0f),
+                                   c.tables.data(), c.max_blocks, seq.data(), bad_pos.data(), 1, pool, scratch),
                Error);
   EXPECT_THROW(cpu_paged_attention(Isa::Avx2, AttnProducts::Bf16, out.data(), q.data(), 64, c.kv(), c.args(1.0f),
                                    c.tables.data(), c.max_blocks, seq.data(), pos.data(), 1, pool, scratch),
                Error);  // bf16 products are AVX512-BF16's
   PagedKV narrow = c.kv();
   narrow.k_width = 16;  // two kv heads of 16 do not fit
-  EXPECT_THROW(cpu_paged_attention(best_isa(), AttnProducts::F32, out.data(), q.data(), 64, narrow, c.args(1.0f), c.tables.data(),
-                                   c.max_blocks, seq.data(), pos.data(), 1, pool, scratch),
+  EXPECT_THROW(cpu_paged_attention(best_isa(), AttnProducts::F32, out.data(), q.data(), 64, narrow, c.args(1.0f),
+                                   c.tables.data(), c.max_blocks, seq.data(), pos.data(), 1, pool, scratch),
                Error);
 }
 

@@ -75,7 +75,7 @@ const Kernel* tiled_kernel(Isa isa, AttnProducts products) {
   static const Kernel k512bf16 = attn_detail::avx512_bf16_attention_kernel();
   static const Kernel k2 = attn_detail::avx2_attention_kernel();
   if (products == AttnProducts::Bf16) {
-    MX_CHECK(isa == Isa::Avx512 && cpu_features().avx512bf16,
+    MX_CHECK(attention_bf16_supported(isa),
              "attention: bf16 products need AVX-512 with AVX512-BF16 (asked on {}; this CPU: {})", isa_name(isa),
              cpu_features_string());
     return &k512bf16;
@@ -95,17 +95,21 @@ std::atomic<bool>& bf16_attention_setting() {
 
 }  // namespace
 
+bool attention_bf16_supported(Isa isa) {
+  return isa == Isa::Avx512 && isa_supported(isa) && cpu_features().avx512bf16;
+}
+
 AttnProducts attention_products(Isa isa, DType cache) {
-  const bool bf16 = cache != DType::F32 && isa == Isa::Avx512 && cpu_features().avx512bf16 &&
-                    matmul_bf16_activations(isa) && bf16_attention_setting();
+  const bool bf16 = cache != DType::F32 && attention_bf16_supported(isa) && matmul_bf16_activations(isa) &&
+                    bf16_attention_setting();
   return bf16 ? AttnProducts::Bf16 : AttnProducts::F32;
 }
 
 bool set_attention_bf16(bool on) { return bf16_attention_setting().exchange(on); }
 
-void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
-                         const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
-                         int64_t T, ThreadPool& pool, AttnScratch& s) {
+void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float* q, int q_stride, const PagedKV& kv,
+                         const AttnArgs& a, const int32_t* block_tables, int max_blocks, const int32_t* seq,
+                         const int32_t* pos, int64_t T, ThreadPool& pool, AttnScratch& s) {
   MX_CHECK(a.n_kv_heads > 0 && a.n_heads > 0 && a.n_heads % a.n_kv_heads == 0, "attention: {} heads over {} kv heads",
            a.n_heads, a.n_kv_heads);
   MX_CHECK(a.head_dim > 0 && a.vd() > 0, "attention: head_dim {}, v_dim {}", a.head_dim, a.vd());

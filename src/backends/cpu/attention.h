@@ -115,6 +115,9 @@ struct AttnScratch {
 // The precision of Q.K^T and P.V (above).
 enum class AttnProducts { F32, Bf16 };
 
+// Whether `isa` runs bf16 products here: AVX-512 on a CPU with AVX512-BF16.
+bool attention_bf16_supported(Isa isa);
+
 // Bf16 for a BF16 or F8_E4M3 cache where `isa` is AVX-512 on a CPU with
 // AVX512-BF16, matmul_bf16_activations(isa) holds and attention's own switch is
 // on (MXSERVE_BF16_ATTENTION, default on; set_attention_bf16 for tests); F32
@@ -128,8 +131,8 @@ bool set_attention_bf16(bool on);
 // positions of one sequence x KV head x up to a few row tiles), deals them to
 // the pool's workers longest first and runs the ISA's kernel. Bf16 products on
 // an ISA or CPU without them are an error.
-void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
-                         const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
-                         int64_t n_tokens, ThreadPool& pool, AttnScratch& scratch);
+void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float* q, int q_stride, const PagedKV& kv,
+                         const AttnArgs& a, const int32_t* block_tables, int max_blocks, const int32_t* seq,
+                         const int32_t* pos, int64_t n_tokens, ThreadPool& pool, AttnScratch& scratch);
 
 }  // namespace mx

@@ -50,7 +50,7 @@ struct TileRows {
 };
 struct KeyBlock {
   const void* const* kp;  // the block's key rows (past the block's end: a zero row)
-  const void* const* vp;  // its value rows
+  const void* const* vp;  // its value rows (only the block's own)
   DType dt;               // theirs: F32, or the cache's where P reads narrow rows (kReadsNarrow)
   float* kvp;             // P's packed keys and values
   int kpos0;              // the block's first position
@@ -194,20 +194,6 @@ struct Tiled {
     P::template values<NV>(ot, t, b, nk, alpha, s, a, pp);
   }
 
-  // Asks for the rows of positions [b, e) while this block computes: a long
-  // context's cache comes from DRAM, and a decode item has little work per row
-  // to hide the misses behind.
-  static void prefetch_block(const Item& it, int b, int e, int bs, const void* k, const void* v, int64_t kwid,
-                             int64_t vwid, int64_t koff, int64_t voff, size_t es, int64_t kbytes, int64_t vbytes) {
-    for (int j = b; j < e; ++j) {
-      const int64_t slot = int64_t(it.table[j / bs]) * bs + j % bs;
-      const char* kr = static_cast<const char*>(k) + (slot * kwid + koff) * int64_t(es);
-      const char* vr = static_cast<const char*>(v) + (slot * vwid + voff) * int64_t(es);
-      for (int64_t o = 0; o < kbytes; o += 64) _mm_prefetch(kr + o, _MM_HINT_T0);
-      for (int64_t o = 0; o < vbytes; o += 64) _mm_prefetch(vr + o, _MM_HINT_T0);
-    }
-  }
-
   static void run(const Call& c, const Item& it, float* scratch) {
     const AttnArgs& a = c.a;
     const PagedKV& kv = c.kv;
@@ -247,10 +233,14 @@ struct Tiled {
     };
     // Rows read in place: an F32 cache's, and any cache's where P reads narrow rows.
     const bool in_place = kv.dtype == DType::F32 || P::kReadsNarrow;
-    const size_t es = in_place ? dtype_bits(kv.dtype) / 8 : 0;
+    const int64_t es = dtype_bits(kv.dtype) / 8;
     const void* vbase = a.values_in_k ? kv.k : kv.v;
     const int64_t kwid = kv.k_width, vwid = a.values_in_k ? kv.k_width : kv.v_width;
     const int64_t koff = int64_t(it.g) * hd, voff = int64_t(it.g) * vd;
+    // Position j's cache slot, and the element of its key / value row where this KV head's part starts.
+    auto slot_of = [&](int j) { return int64_t(it.table[j / bs]) * bs + j % bs; };
+    auto key_at = [&](int64_t slot) { return slot * kwid + koff; };
+    auto value_at = [&](int64_t slot) { return slot * vwid + voff; };
     float* zero = scratch + L.zero;
     std::memset(zero, 0, sizeof(float) * std::max(hd, vd));
     const void* kp[KB + KS];
@@ -258,22 +248,28 @@ struct Tiled {
     for (int kb = 0; kb <= max_pos; kb += KB) {
       const int ke = std::min(kb + KB, max_pos + 1);
       for (int j = kb; j < ke; ++j) {
-        const int64_t slot = int64_t(it.table[j / bs]) * bs + j % bs;
+        const int64_t slot = slot_of(j);
         if (in_place) {
-          kp[j - kb] = static_cast<const char*>(kv.k) + (slot * kwid + koff) * es;
-          vp[j - kb] = static_cast<const char*>(vbase) + (slot * vwid + voff) * es;
+          kp[j - kb] = static_cast<const char*>(kv.k) + key_at(slot) * es;
+          vp[j - kb] = static_cast<const char*>(vbase) + value_at(slot) * es;
         } else {  // widen this block's rows once for every tile of the item (exact)
           float* kr = scratch + L.kw + int64_t(j - kb) * hd;
           float* vr = scratch + L.vw + int64_t(j - kb) * vd;
-          for (int d = 0; d < hd; ++d) kr[d] = kv_load(kv.k, kv.dtype, slot * kwid + koff + d);
-          for (int d = 0; d < vd; ++d) vr[d] = kv_load(vbase, kv.dtype, slot * vwid + voff + d);
+          for (int d = 0; d < hd; ++d) kr[d] = kv_load(kv.k, kv.dtype, key_at(slot) + d);
+          for (int d = 0; d < vd; ++d) vr[d] = kv_load(vbase, kv.dtype, value_at(slot) + d);
           kp[j - kb] = kr, vp[j - kb] = vr;
         }
       }
-      if (in_place) prefetch_block(it, kb + KB, std::min(kb + 2 * KB, max_pos + 1), bs, kv.k, vbase, kwid, vwid,
-                                   koff, voff, es, int64_t(hd) * es, int64_t(vd) * es);
+      // Ask for the next block's rows while this one computes: a long context's cache
+      // comes from DRAM, and a decode item has little work per row to hide the misses.
+      if (in_place)
+        for (int j = kb + KB; j < std::min(kb + 2 * KB, max_pos + 1); ++j) {
+          const char* kr = static_cast<const char*>(kv.k) + key_at(slot_of(j)) * es;
+          const char* vr = static_cast<const char*>(vbase) + value_at(slot_of(j)) * es;
+          for (int64_t o = 0; o < hd * es; o += 64) _mm_prefetch(kr + o, _MM_HINT_T0);
+          for (int64_t o = 0; o < vd * es; o += 64) _mm_prefetch(vr + o, _MM_HINT_T0);
+        }
       for (int j = ke - kb; j < KB + KS; ++j) kp[j] = zero;  // a micro-tile's keys past the end
-      for (int j = ke - kb; j < KB; ++j) vp[j] = zero;
       const KeyBlock b{kp, vp, in_place ? kv.dtype : DType::F32, scratch + L.kvp, kb};
       P::pack_block(b, ke - kb, a);
       for (int tile = 0; tile < n_tiles; ++tile) {

@@ -150,8 +150,8 @@ class CpuBackend final : public Backend {
   void paged_attention(float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
                        const int32_t* block_tables, int max_blocks, const int32_t* seq, const int32_t* pos,
                        int64_t T) override {
-    cpu_paged_attention(best_isa(), attention_products(best_isa(), kv.dtype), out, q, q_stride, kv, a, block_tables, max_blocks,
-                        seq, pos, T, pool_, attn_);
+    cpu_paged_attention(best_isa(), attention_products(best_isa(), kv.dtype), out, q, q_stride, kv, a, block_tables,
+                        max_blocks, seq, pos, T, pool_, attn_);
   }
   void prefill_attention(float* out, const float* q, int q_stride, const PagedKV& kv, const AttnArgs& a,
                          const int32_t* block_table, int start_pos, int64_t n_q) override {
