@@ -163,9 +163,12 @@ GEMM(F8_E4M3, 896, 4864);
 // Qwen3-0.5B's shape (14 query heads over 2 KV heads of 64), one sequence of
 // `ctx` positions in blocks of 16; the last n_q positions query it (a prefill
 // chunk, or n_q = 1: decode). GFLOP/s counts Q.K^T and P.V: 2 (hd + vd) per
-// (row, key) attended.
+// (row, key) attended; GB/s the cache bytes one call reads. With `layers` > 1
+// the calls go round that many caches, as a decode step goes through a model's
+// layers: 24 layers of 4096 positions (50 MB in bf16) do not stay in this
+// machine's L3, so the cache comes from DRAM as it does in the model.
 void BM_Attention(benchmark::State& st, AttnProducts products, DType cache) {
-  const int ctx = int(st.range(0)), n_q = int(st.range(1));
+  const int ctx = int(st.range(0)), n_q = int(st.range(1)), layers = int(st.range(2));
   const int H = 14, G = 2, hd = 64, bs = 16, blocks = (ctx + bs - 1) / bs;
   if (products == AttnProducts::Bf16 && !attention_bf16_supported(Isa::Avx512)) {
     st.SkipWithError("no AVX512-BF16 on this CPU");
@@ -173,34 +176,41 @@ void BM_Attention(benchmark::State& st, AttnProducts products, DType cache) {
   }
   const Isa isa = products == AttnProducts::Bf16 ? Isa::Avx512 : best_isa();
   const int64_t width = int64_t(G) * hd, slots = int64_t(blocks) * bs;
-  Buffer k(dtype_bytes(cache, slots * width)), v(dtype_bytes(cache, slots * width));
-  fill(k.data(), cache, slots * width, 1);
-  fill(v.data(), cache, slots * width, 2);
+  std::vector<Buffer> k, v;
+  for (int l = 0; l < layers; ++l) {
+    k.emplace_back(dtype_bytes(cache, slots * width)), v.emplace_back(dtype_bytes(cache, slots * width));
+    fill(k.back().data(), cache, slots * width, 1 + 2 * l);
+    fill(v.back().data(), cache, slots * width, 2 + 2 * l);
+  }
   std::vector<float> q(size_t(n_q) * H * hd), out(size_t(n_q) * H * hd);
   fill(q.data(), DType::F32, int64_t(q.size()), 3);
   std::vector<int32_t> table(blocks), seq(n_q, 0), pos(n_q);
   for (int b = 0; b < blocks; ++b) table[b] = b;
   for (int i = 0; i < n_q; ++i) pos[i] = ctx - n_q + i;
-  const PagedKV kv{k.data(), v.data(), int(width), int(width), bs, cache};
   const AttnArgs a{H, G, hd, 0.125f};
   AttnScratch scratch;
+  int layer = 0;
   for (auto _ : st) {
+    const PagedKV kv{k[layer].data(), v[layer].data(), int(width), int(width), bs, cache};
     cpu_paged_attention(isa, products, out.data(), q.data(), H * hd, kv, a, table.data(), blocks, seq.data(),
                         pos.data(), n_q, pool(), scratch);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
+    layer = (layer + 1) % layers;
   }
   double pairs = 0;
   for (int i = 0; i < n_q; ++i) pairs += double(pos[i] + 1) * H;
   st.counters["GFLOP/s"] = per_second(2.0 * (hd + hd) * pairs / 1e9);
+  st.counters["GB/s"] = per_second(double(dtype_bytes(cache, int64_t(ctx) * width)) * 2 / 1e9);
   st.SetLabel(std::string(isa_name(isa)) + (products == AttnProducts::Bf16 ? " bf16 products" : " f32 products") +
               ", " + dtype_name(cache) + " cache");
 }
 
 #define ATTENTION(products, cache)                                                                    \
   BENCHMARK_CAPTURE(BM_Attention, products##_##cache, AttnProducts::products, DType::cache)           \
-      ->Args({4096, 512})->Args({16384, 512})->Args({4096, 1})->Args({16384, 1})->Args({65536, 1})          \
-      ->ArgNames({"ctx", "q"})                                                                        \
+      ->Args({4096, 512, 1})->Args({16384, 512, 1})->Args({4096, 1, 1})->Args({16384, 1, 1})            \
+      ->Args({65536, 1, 1})->Args({4096, 1, 24})->Args({16384, 1, 24})                                 \
+      ->ArgNames({"ctx", "q", "layers"})                                                              \
       ->UseRealTime()
 ATTENTION(F32, F32);
 ATTENTION(F32, BF16);

@@ -43,11 +43,34 @@ struct Bf16Products {
   using F = __m512;
   using M = __mmask16;
   static constexpr int V = 16, RT = 2 * V, KB = kAttnKeyBlock, KS = S::KS, DS = S::DS;
+  static constexpr int NR = V / 2;  // rows of a narrow tile (below)
 
   static int pairs(int n) { return (n + 1) / 2; }
-  static int64_t q_floats(const AttnArgs& a) { return int64_t(pairs(a.head_dim)) * RT; }
-  static int64_t kv_floats(const AttnArgs& a) { return int64_t(KB) * pairs(a.head_dim) + int64_t(KB / 2) * a.vd(); }
-  static int64_t p_floats(const AttnArgs&) { return int64_t(KB / 2) * RT; }
+  // Queries: qp, then the narrow layout qd. Keys: rows of pairs, values, keys interleaved by pairs.
+  // Weights: pp, then the narrow layout pd.
+  static int64_t q_floats(const AttnArgs& a) { return int64_t(pairs(a.head_dim)) * (RT + V); }
+  static int64_t kv_floats(const AttnArgs& a) { return 2 * int64_t(KB) * pairs(a.head_dim) + int64_t(KB / 2) * a.vd(); }
+  static int64_t p_floats(const AttnArgs&) { return int64_t(KB / 2) * (RT + V); }
+
+  // A narrow tile has all its rows in lanes 0..7 (a decode token's GQA group of up
+  // to 8 heads: 7 for Qwen3's 14 over 2). Its products put two keys (Q.K^T) or two
+  // value dims (P.V) side by side in the lanes, 2r + e for row r, so each
+  // vdpbf16ps does 16 products a row needs where the tile layout does 8 and pads
+  // the rest. Every lane still performs its row's sequence above, operand for
+  // operand, so a row's bits are those of the wide layout.
+  static bool narrow(const int32_t* pos) { return pos[NR] < 0; }
+  static __m512i dup_idx() { return _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0); }
+  // Lanes 2r + e to e * 8 + r: the even lanes in the low half, the odd ones in the high.
+  static __m512i split_idx() { return _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0); }
+  static F high_half(F x) { return _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2)); }
+  // Bit r of m (r < 8) to bits 2r and 2r + 1.
+  static M dup_bits(M m) {
+    uint32_t x = m & 0xFFu;
+    x = (x | x << 4) & 0x0F0Fu;
+    x = (x | x << 2) & 0x3333u;
+    x = (x | x << 1) & 0x5555u;
+    return M(x | x << 1);
+  }
 
   // The 16 pairs (x[l], y[l]) in the 32-bit lanes l, rounded to bf16 to nearest even.
   static __m512i interleave(F x, F y) {
@@ -65,15 +88,29 @@ struct Bf16Products {
     asm("vdpbf16ps %2, %1, %0%{%3%}" : "+v"(acc) : "v"(a), "v"(b), "Yk"(m));
     return acc;
   }
-  static __m512i bcast_word(const float* p) { return _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(p)); }
+  // One 32-bit word (a pair) to every lane; two words to the even and odd lanes.
+  // memcpy: a bf16 cache row read in place need only be 2-byte aligned.
+  static __m512i bcast_word(const float* p) {
+    int32_t w;
+    std::memcpy(&w, p, sizeof w);
+    return _mm512_set1_epi32(w);
+  }
+  static __m512i bcast_words2(const float* p) {
+    int64_t w;
+    std::memcpy(&w, p, sizeof w);
+    return _mm512_set1_epi64(w);
+  }
 
   static void pack_queries(const float* qt, int hd, float* qp) {
-    for (int i = 0; i < pairs(hd); ++i)
+    float* qd = qp + int64_t(pairs(hd)) * RT;
+    for (int i = 0; i < pairs(hd); ++i) {
       for (int n = 0; n < 2; ++n) {
         const F x = _mm512_loadu_ps(qt + 2 * i * RT + n * V);
         const F y = 2 * i + 1 < hd ? _mm512_loadu_ps(qt + (2 * i + 1) * RT + n * V) : _mm512_setzero_ps();
         _mm512_storeu_si512(qp + i * RT + n * V, interleave(x, y));
       }
+      _mm512_storeu_si512(qd + i * V, _mm512_permutexvar_epi32(dup_idx(), _mm512_loadu_si512(qp + i * RT)));
+    }
   }
 
   static constexpr bool kReadsNarrow = true;
@@ -91,25 +128,82 @@ struct Bf16Products {
     return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + d);
   }
   static __mmask16 first_n(int n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? 0 : __mmask16((1u << n) - 1); }
+  static __mmask32 first_n32(int n) { return n >= 32 ? ~__mmask32(0) : n <= 0 ? 0 : __mmask32((1u << n) - 1); }
+
+  // A bf16 cache row of an even head_dim is already a row of pairs: read in place.
+  static bool raw_keys(const KeyBlock& b, const AttnArgs& a) { return b.dt == DType::BF16 && a.head_dim % 2 == 0; }
+  // Key j's row of pairs (past the block's end, b.kp's zero row).
+  static const float* key_row(const KeyBlock& b, const AttnArgs& a, int j) {
+    return raw_keys(b, a) ? static_cast<const float*>(b.kp[j]) : b.kvp + int64_t(j) * pairs(a.head_dim);
+  }
+  static const float* values_packed(const KeyBlock& b, const AttnArgs& a) {
+    return b.kvp + int64_t(KB) * pairs(a.head_dim);
+  }
+  static float* keys_by_pairs(const KeyBlock& b, const AttnArgs& a) {
+    return b.kvp + int64_t(KB) * pairs(a.head_dim) + int64_t(KB / 2) * a.vd();
+  }
 
   // Keys as rows of pairs (32 elements rounded by vcvtne2ps2bf16 are 16 pairs in
-  // order; an odd head_dim's last pair gets a 0), for every key a micro-tile of
-  // scores reads (the rows past n are the zero row); values as pairs of keys, per
-  // dim (past the block's end: 0).
+  // order; an odd head_dim's last pair gets a 0), unless read in place; for
+  // narrow tiles, also keys 2jp and 2jp + 1 interleaved word by word; values as
+  // pairs of keys, per dim (past the block's end: 0). Every key a micro-tile of
+  // scores reads is there (the rows past n are the zero row).
   static void pack_block(const KeyBlock& b, int n, const AttnArgs& a) {
     const int hd = a.head_dim, vd = a.vd(), hp = pairs(hd);
-    const int nkeys = std::min(KB, (n + KS - 1) / KS * KS);
-    for (int j = 0; j < nkeys; ++j) {
-      const DType dt = j < n ? b.dt : DType::F32;  // the zero row is f32
-      float* out = b.kvp + int64_t(j) * hp;
-      for (int d = 0; d < hd; d += 32) {
-        const F lo = row_f32(b.kp[j], dt, d, first_n(hd - d)), hi = row_f32(b.kp[j], dt, d + 16, first_n(hd - d - 16));
-        _mm512_mask_storeu_epi32(out + d / 2, first_n(pairs(hd - d)),
-                                 reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+    bool any_narrow = false, any_wide = false;
+    for (int tile = 0; tile < b.n_tiles; ++tile) (narrow(b.tile_pos + tile * RT) ? any_narrow : any_wide) = true;
+    const int wide_keys = any_wide ? std::min(KB, (n + KS - 1) / KS * KS) : 0;
+    const int narrow_keys = any_narrow ? std::min(KB, (n + 2 * KS - 1) / (2 * KS) * (2 * KS)) : 0;
+    if (!raw_keys(b, a))
+      for (int j = 0; j < std::max(wide_keys, narrow_keys); ++j) {
+        const DType dt = j < n ? b.dt : DType::F32;  // the zero row is f32
+        float* out = b.kvp + int64_t(j) * hp;
+        for (int d = 0; d < hd; d += 32) {
+          const F lo = row_f32(b.kp[j], dt, d, first_n(hd - d)), hi = row_f32(b.kp[j], dt, d + 16, first_n(hd - d - 16));
+          _mm512_mask_storeu_epi32(out + d / 2, first_n(pairs(hd - d)),
+                                   reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+        }
+      }
+    if (narrow_keys) {
+      const __m512i lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+      const __m512i hi_idx = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+      float* k2 = keys_by_pairs(b, a);
+      for (int jp = 0; jp < narrow_keys / 2; ++jp) {
+        const float *ra = key_row(b, a, 2 * jp), *rb = key_row(b, a, 2 * jp + 1);
+        float* out = k2 + int64_t(jp) * 2 * hp;
+        for (int c = 0; c < hp; c += 16) {
+          const __mmask16 m = first_n(hp - c);
+          const __m512i x = _mm512_maskz_loadu_epi32(m, ra + c), y = _mm512_maskz_loadu_epi32(m, rb + c);
+          _mm512_mask_storeu_epi32(out + 2 * c, first_n(2 * (hp - c)), _mm512_permutex2var_epi32(x, lo_idx, y));
+          _mm512_mask_storeu_epi32(out + 2 * c + 16, first_n(2 * (hp - c) - 16),
+                                   _mm512_permutex2var_epi32(x, hi_idx, y));
+        }
       }
     }
     float* vpk = b.kvp + int64_t(KB) * hp;
+    if (b.dt == DType::BF16) {  // pairs of words straight from the rows (bf16 is exact)
+      alignas(64) static constexpr uint16_t kLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                       8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+      const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+      for (int i = 0; i < pairs(n); ++i) {
+        prefetch_next(b, 2 * i, 2 * i + 2);  // spread over the block's packing (attention_impl.h)
+        const bool second = 2 * i + 1 < n;
+        const uint16_t* r0 = static_cast<const uint16_t*>(b.vp[2 * i]);
+        const uint16_t* r1 = second ? static_cast<const uint16_t*>(b.vp[2 * i + 1]) : nullptr;
+        for (int d = 0; d < vd; d += 32) {
+          const __mmask32 m = first_n32(vd - d);
+          const __m512i x = _mm512_maskz_loadu_epi16(m, r0 + d);
+          const __m512i y = second ? _mm512_maskz_loadu_epi16(m, r1 + d) : _mm512_setzero_si512();
+          _mm512_mask_storeu_epi32(vpk + int64_t(i) * vd + d, first_n(vd - d), _mm512_permutex2var_epi16(x, lo_idx, y));
+          _mm512_mask_storeu_epi32(vpk + int64_t(i) * vd + d + 16, first_n(vd - d - 16),
+                                   _mm512_permutex2var_epi16(x, hi_idx, y));
+        }
+      }
+      prefetch_next(b, 2 * pairs(n), KB);
+      return;
+    }
     for (int i = 0; i < pairs(n); ++i) {
+      prefetch_next(b, 2 * i, 2 * i + 2);
       const bool second = 2 * i + 1 < n;
       for (int d = 0; d < vd; d += 16) {
         const __mmask16 m = first_n(vd - d);
@@ -118,19 +212,22 @@ struct Bf16Products {
         _mm512_mask_storeu_epi32(vpk + int64_t(i) * vd + d, m, interleave(x, y));
       }
     }
+    prefetch_next(b, 2 * pairs(n), KB);
   }
 
   template <int NV>
-  static void score_tile(const TileRows& t, int hp, const float* kpk, int kpos0, int j0, F scale, float* s) {
+  static void score_tile(const TileRows& t, int hp, const KeyBlock& b, const AttnArgs& a, int j0, F scale, float* s) {
     F acc[KS][NV];
-    for (int k = 0; k < KS; ++k)
+    const float* keys[KS];
+    for (int k = 0; k < KS; ++k) {
+      keys[k] = key_row(b, a, j0 + k);
       for (int n = 0; n < NV; ++n) acc[k][n] = _mm512_setzero_ps();
-    const float* keys = kpk + int64_t(j0) * hp;
+    }
     for (int i = 0; i < hp; ++i) {
       __m512bh q[NV];
       for (int n = 0; n < NV; ++n) q[n] = bh(_mm512_loadu_si512(t.qp + i * RT + n * V));
       for (int k = 0; k < KS; ++k) {
-        const __m512bh kw = bh(bcast_word(keys + k * hp + i));
+        const __m512bh kw = bh(bcast_word(keys[k] + i));
         for (int n = 0; n < NV; ++n) acc[k][n] = _mm512_dpbf16_ps(acc[k][n], q[n], kw);
       }
     }
@@ -139,13 +236,37 @@ struct Bf16Products {
       const __m512i pv = _mm512_loadu_si512(t.pos + n * V);
       for (int k = 0; k < KS; ++k)
         _mm512_storeu_ps(s + (j0 + k) * RT + n * V,
-                         S::select(S::ge(pv, kpos0 + j0 + k), _mm512_mul_ps(acc[k][n], scale), ninf));
+                         S::select(S::ge(pv, b.kpos0 + j0 + k), _mm512_mul_ps(acc[k][n], scale), ninf));
+    }
+  }
+  // A narrow tile's keys [j0, j0 + 2 KS): KS pairs of keys, key j0 + 2k + e in lanes 2r + e.
+  static void score_tile_narrow(const TileRows& t, int hp, const float* k2, int kpos0, int j0, F scale, float* s) {
+    F acc[KS];
+    for (int k = 0; k < KS; ++k) acc[k] = _mm512_setzero_ps();
+    const float* qd = t.qp + int64_t(hp) * RT;
+    const float* keys = k2 + int64_t(j0) * hp;  // pair j0 / 2 + k at keys + 2k hp
+    for (int i = 0; i < hp; ++i) {
+      const __m512bh q = bh(_mm512_loadu_si512(qd + i * V));
+      for (int k = 0; k < KS; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], q, bh(bcast_words2(keys + 2 * k * hp + 2 * i)));
+    }
+    const F ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    const __m512i pv = _mm512_loadu_si512(t.pos);  // lanes 8.. are padding (-1): -inf there
+    for (int k = 0; k < KS; ++k) {
+      const F x = _mm512_permutexvar_ps(split_idx(), _mm512_mul_ps(acc[k], scale));
+      const int j = j0 + 2 * k;
+      _mm512_storeu_ps(s + j * RT, S::select(S::ge(pv, kpos0 + j), x, ninf));
+      _mm512_storeu_ps(s + (j + 1) * RT, S::select(S::ge(pv, kpos0 + j + 1), high_half(x), ninf));
     }
   }
   template <int NV>
   static void scores(const TileRows& t, const KeyBlock& b, int nk, const AttnArgs& a, float* s) {
     const F scale = _mm512_set1_ps(a.scale);
-    for (int j0 = 0; j0 < nk; j0 += KS) score_tile<NV>(t, pairs(a.head_dim), b.kvp, b.kpos0, j0, scale, s);
+    const int hp = pairs(a.head_dim);
+    if (NV == 1 && narrow(t.pos)) {
+      for (int j0 = 0; j0 < nk; j0 += 2 * KS) score_tile_narrow(t, hp, keys_by_pairs(b, a), b.kpos0, j0, scale, s);
+      return;
+    }
+    for (int j0 = 0; j0 < nk; j0 += KS) score_tile<NV>(t, hp, b, a, j0, scale, s);
   }
 
   // Lanes that take pair i whole (position >= its second key), per vector of the
@@ -190,6 +311,36 @@ struct Bf16Products {
     for (int dd = 0; dd < ND; ++dd)
       for (int n = 0; n < NV; ++n) _mm512_storeu_ps(ot + (d0 + dd) * RT + n * V, acc[dd][n]);
   }
+  // A narrow tile's dims [d0, d0 + 2 ND2): dim d0 + 2dd + e of row r in lane 2r + e, the
+  // weights pd and the masks duplicated to both lanes of a row.
+  template <int ND2>
+  static void value_tile_narrow(float* ot, int d0, const float* vpk, int vd, int np, const M* whole, const Masks& m,
+                                const M* first, const float* pd, F alpha) {
+    const __m512i lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    F acc[ND2];
+    for (int dd = 0; dd < ND2; ++dd)
+      acc[dd] = _mm512_mul_ps(_mm512_permutex2var_ps(_mm512_loadu_ps(ot + (d0 + 2 * dd) * RT), lo_idx,
+                                                     _mm512_loadu_ps(ot + (d0 + 2 * dd + 1) * RT)),
+                              alpha);
+    for (int i = 0; i < np; ++i) {
+      const __m512bh w = bh(_mm512_loadu_si512(pd + i * V));
+      const float* v = vpk + int64_t(i) * vd + d0;
+      for (int dd = 0; dd < ND2; ++dd) acc[dd] = mask_dot(acc[dd], whole[i], w, bh(bcast_words2(v + 2 * dd)));
+    }
+    const __m512i low = _mm512_set1_epi32(0xFFFF);
+    for (int f = 0; f < m.n_first; ++f) {
+      const int i = m.first_pair[f];
+      const __m512bh w = bh(_mm512_loadu_si512(pd + i * V));
+      const float* v = vpk + int64_t(i) * vd + d0;
+      for (int dd = 0; dd < ND2; ++dd)
+        acc[dd] = mask_dot(acc[dd], first[f], w, bh(_mm512_and_si512(bcast_words2(v + 2 * dd), low)));
+    }
+    for (int dd = 0; dd < ND2; ++dd) {
+      const F x = _mm512_permutexvar_ps(split_idx(), acc[dd]);
+      _mm512_mask_storeu_ps(ot + (d0 + 2 * dd) * RT, 0x00FF, x);
+      _mm512_mask_storeu_ps(ot + (d0 + 2 * dd + 1) * RT, 0x00FF, high_half(x));
+    }
+  }
 
   template <int NV>
   static void values(float* ot, const TileRows& t, const KeyBlock& b, int nk, const F* alpha, const float* s,
@@ -215,8 +366,21 @@ struct Bf16Products {
         ++m.n_first;
       }
     }
-    const float* vals = b.kvp + int64_t(KB) * pairs(a.head_dim);
+    const float* vals = values_packed(b, a);
     int d = 0;
+    if (NV == 1 && narrow(t.pos)) {
+      constexpr int ND2 = 8;
+      float* pd = pp + (KB / 2) * RT;
+      M whole[KB / 2], first[KB / 2];
+      for (int i = 0; i < np; ++i) {
+        _mm512_storeu_si512(pd + i * V, _mm512_permutexvar_epi32(dup_idx(), _mm512_loadu_si512(pp + i * RT)));
+        whole[i] = dup_bits(m.whole[i][0]);
+      }
+      for (int f = 0; f < m.n_first; ++f) first[f] = dup_bits(m.first[f][0]);
+      const F alpha2 = _mm512_permutexvar_ps(dup_idx(), alpha[0]);
+      for (; d + 2 * ND2 <= vd; d += 2 * ND2)
+        value_tile_narrow<ND2>(ot, d, vals, vd, np, whole, m, first, pd, alpha2);
+    }
     for (; d + DS <= vd; d += DS) value_tile<NV, DS>(ot, d, vals, vd, np, m, pp, alpha);
     for (; d < vd; ++d) value_tile<NV, 1>(ot, d, vals, vd, np, m, pp, alpha);
   }

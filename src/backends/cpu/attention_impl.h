@@ -54,7 +54,25 @@ struct KeyBlock {
   DType dt;               // theirs: F32, or the cache's where P reads narrow rows (kReadsNarrow)
   float* kvp;             // P's packed keys and values
   int kpos0;              // the block's first position
+  const int32_t* tile_pos;  // the item's tiles' row positions (RT per tile, -1: padding)
+  int n_tiles;
+  // The next block's rows, read in place (n = 0: none, or widened), for P to
+  // prefetch a few at a time while it computes this block: issued in one burst,
+  // they stall the core once its miss buffers are full and overlap nothing.
+  struct Next {
+    const void* const* kp;
+    const void* const* vp;
+    int n, k_bytes, v_bytes;
+  } next;
 };
+
+// Prefetches the next block's rows [j0, j1) (their keys and values).
+__attribute__((always_inline)) inline void prefetch_next(const KeyBlock& b, int j0, int j1) {
+  for (int j = j0; j < std::min(j1, b.next.n); ++j) {
+    for (int o = 0; o < b.next.k_bytes; o += 64) _mm_prefetch(static_cast<const char*>(b.next.kp[j]) + o, _MM_HINT_T0);
+    for (int o = 0; o < b.next.v_bytes; o += 64) _mm_prefetch(static_cast<const char*>(b.next.vp[j]) + o, _MM_HINT_T0);
+  }
+}
 
 // The f32 products: FMAs on the cache's rows (widened to f32), one key (Q.K^T)
 // or one value dim (P.V) broadcast against the tile's rows in the lanes.
@@ -69,7 +87,7 @@ struct F32Products {
   static int64_t kv_floats(const AttnArgs&) { return 0; }
   static int64_t p_floats(const AttnArgs&) { return 0; }
   static void pack_queries(const float*, int, float*) {}
-  static void pack_block(const KeyBlock&, int, const AttnArgs&) {}
+  static void pack_block(const KeyBlock& b, int, const AttnArgs&) { prefetch_next(b, 0, b.next.n); }
 
   // Keys [j0, j0 + KS): s[j] = (fma chain over d) * scale, -inf where the row's position is below the key's;
   // for the tile's first NV vectors of rows.
@@ -183,7 +201,21 @@ struct Tiled {
       const F m_use = S::select(S::eq(m_new, ninf), zero, m_new);
       alpha[n] = S::exp(S::sub(m_old, m_use));
       F l = S::mul(S::load(ll + n * V), alpha[n]);
-      for (int j = 0; j < nk; ++j) {
+      int j = 0;
+      if (NV == 1 && t.pos[V / 2] < 0) {
+        // The rows fit the low half (a decode token's GQA group): two keys per exp, the
+        // low half key j's, the high half key j + 1's. Lane for lane the same operations.
+        const F mu = S::low_halves(m_use, m_use);
+        for (; j + 1 < nk; j += 2) {
+          const F p2 = S::exp(S::sub(S::low_halves(S::load(s + j * RT), S::load(s + (j + 1) * RT)), mu));
+          const F p0 = S::low_half_only(p2), p1 = S::low_half_only(S::high_half(p2));
+          S::store(s + j * RT, p0);
+          l = S::add(l, p0);
+          S::store(s + (j + 1) * RT, p1);
+          l = S::add(l, p1);
+        }
+      }
+      for (; j < nk; ++j) {
         const F p = S::exp(S::sub(S::load(s + j * RT + n * V), m_use));
         S::store(s + j * RT + n * V, p);
         l = S::add(l, p);
@@ -237,40 +269,47 @@ struct Tiled {
     const void* vbase = a.values_in_k ? kv.k : kv.v;
     const int64_t kwid = kv.k_width, vwid = a.values_in_k ? kv.k_width : kv.v_width;
     const int64_t koff = int64_t(it.g) * hd, voff = int64_t(it.g) * vd;
-    // Position j's cache slot, and the element of its key / value row where this KV head's part starts.
-    auto slot_of = [&](int j) { return int64_t(it.table[j / bs]) * bs + j % bs; };
+    // The element of a cache slot's key / value row where this KV head's part starts.
     auto key_at = [&](int64_t slot) { return slot * kwid + koff; };
     auto value_at = [&](int64_t slot) { return slot * vwid + voff; };
+    // f(j, slot) for the positions j in [j0, j1): one block-table lookup (and one
+    // division) per paged block, not per position; a decode item is mostly this walk.
+    auto for_slots = [&](int j0, int j1, auto&& f) {
+      for (int blk = j0 / bs; blk * bs < j1; ++blk) {
+        const int64_t base = int64_t(it.table[blk]) * bs - int64_t(blk) * bs;
+        for (int j = std::max(j0, blk * bs), end = std::min(j1, (blk + 1) * bs); j < end; ++j) f(j, base + j);
+      }
+    };
     float* zero = scratch + L.zero;
     std::memset(zero, 0, sizeof(float) * std::max(hd, vd));
-    const void* kp[KB + KS];
-    const void* vp[KB];
-    for (int kb = 0; kb <= max_pos; kb += KB) {
-      const int ke = std::min(kb + KB, max_pos + 1);
-      for (int j = kb; j < ke; ++j) {
-        const int64_t slot = slot_of(j);
+    // The rows of this block (kp[cur], vp[cur]) and, read in place, of the next one, which
+    // P prefetches while it computes this one (a long context's cache comes from DRAM).
+    const void* kp[2][KB + KS];
+    const void* vp[2][KB];
+    auto block_rows = [&](int kb, const void** k, const void** v) {
+      for_slots(kb, std::min(kb + KB, max_pos + 1), [&](int j, int64_t slot) {
         if (in_place) {
-          kp[j - kb] = static_cast<const char*>(kv.k) + key_at(slot) * es;
-          vp[j - kb] = static_cast<const char*>(vbase) + value_at(slot) * es;
+          k[j - kb] = static_cast<const char*>(kv.k) + key_at(slot) * es;
+          v[j - kb] = static_cast<const char*>(vbase) + value_at(slot) * es;
         } else {  // widen this block's rows once for every tile of the item (exact)
           float* kr = scratch + L.kw + int64_t(j - kb) * hd;
           float* vr = scratch + L.vw + int64_t(j - kb) * vd;
           for (int d = 0; d < hd; ++d) kr[d] = kv_load(kv.k, kv.dtype, key_at(slot) + d);
           for (int d = 0; d < vd; ++d) vr[d] = kv_load(vbase, kv.dtype, value_at(slot) + d);
-          kp[j - kb] = kr, vp[j - kb] = vr;
+          k[j - kb] = kr, v[j - kb] = vr;
         }
-      }
-      // Ask for the next block's rows while this one computes: a long context's cache
-      // comes from DRAM, and a decode item has little work per row to hide the misses.
-      if (in_place)
-        for (int j = kb + KB; j < std::min(kb + 2 * KB, max_pos + 1); ++j) {
-          const char* kr = static_cast<const char*>(kv.k) + key_at(slot_of(j)) * es;
-          const char* vr = static_cast<const char*>(vbase) + value_at(slot_of(j)) * es;
-          for (int64_t o = 0; o < hd * es; o += 64) _mm_prefetch(kr + o, _MM_HINT_T0);
-          for (int64_t o = 0; o < vd * es; o += 64) _mm_prefetch(vr + o, _MM_HINT_T0);
-        }
-      for (int j = ke - kb; j < KB + KS; ++j) kp[j] = zero;  // a micro-tile's keys past the end
-      const KeyBlock b{kp, vp, in_place ? kv.dtype : DType::F32, scratch + L.kvp, kb};
+      });
+    };
+    int cur = 0;
+    if (in_place) block_rows(0, kp[0], vp[0]);
+    for (int kb = 0; kb <= max_pos; kb += KB, cur ^= 1) {
+      const int ke = std::min(kb + KB, max_pos + 1);
+      const int next_n = in_place ? std::max(0, std::min(KB, max_pos + 1 - (kb + KB))) : 0;
+      if (next_n) block_rows(kb + KB, kp[cur ^ 1], vp[cur ^ 1]);
+      if (!in_place) block_rows(kb, kp[cur], vp[cur]);
+      for (int j = ke - kb; j < KB + KS; ++j) kp[cur][j] = zero;  // a micro-tile's keys past the end
+      const KeyBlock b{kp[cur],  vp[cur], in_place ? kv.dtype : DType::F32, scratch + L.kvp, kb, posall, n_tiles,
+                       {kp[cur ^ 1], vp[cur ^ 1], next_n, int(hd * es), int(vd * es)}};
       P::pack_block(b, ke - kb, a);
       for (int tile = 0; tile < n_tiles; ++tile) {
         const int tm = tile_max(tile);

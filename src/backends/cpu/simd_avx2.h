@@ -43,6 +43,10 @@ struct Avx2 {
     return _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(kExpMin), _CMP_LT_OQ));
   }
   static F exp(F x) { return cephes_exp<Avx2>(x); }
+  // Halves: the low half of a then of b; x's high half moved to the low one; the low half, 0 above.
+  static F low_halves(F a, F b) { return _mm256_permute2f128_ps(a, b, 0x20); }
+  static F high_half(F x) { return _mm256_permute2f128_ps(x, x, 0x11); }
+  static F low_half_only(F x) { return _mm256_blend_ps(_mm256_setzero_ps(), x, 0x0F); }
 };
 
 }  // namespace mx::simd

@@ -46,6 +46,10 @@ struct Avx512 {
   static constexpr float kExpMin = -120.0f, kExpMax = 88.5f;
   static F times_pow2(F y, F n, F) { return _mm512_scalef_ps(y, n); }
   static F exp(F x) { return cephes_exp<Avx512>(x); }
+  // Halves: the low half of a then of b; x's high half moved to the low one; the low half, 0 above.
+  static F low_halves(F a, F b) { return _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)); }
+  static F high_half(F x) { return _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(3, 2, 3, 2)); }
+  static F low_half_only(F x) { return _mm512_maskz_mov_ps(0x00FF, x); }
 };
 
 }  // namespace mx::simd
