@@ -160,38 +160,42 @@ GEMM(F8_E4M3, 4864, 896);
 GEMM(F8_E4M3, 896, 4864);
 
 // --- Paged attention ----------------------------------------------------------
-// Qwen3-0.5B's shape (14 query heads over 2 KV heads of 64), one sequence of
-// `ctx` positions in blocks of 16; the last n_q positions query it (a prefill
-// chunk, or n_q = 1: decode). GFLOP/s counts Q.K^T and P.V: 2 (hd + vd) per
-// (row, key) attended; GB/s the cache bytes one call reads. With `layers` > 1
-// the calls go round that many caches, as a decode step goes through a model's
-// layers: 24 layers of 4096 positions (50 MB in bf16) do not stay in this
-// machine's L3, so the cache comes from DRAM as it does in the model.
-void BM_Attention(benchmark::State& st, AttnProducts products, DType cache) {
+// Qwen3-0.5B's shape (14 query heads over 2 KV heads of 64), or with `mla`
+// DeepSeek-V3's absorbed MLA at our medium preset's size (16 heads over one
+// latent of 288 = 256 + 32 rope dims, values the latent's first 256), one
+// sequence of `ctx` positions in blocks of 16; the last n_q positions query it
+// (a prefill chunk, or n_q = 1: decode). GFLOP/s counts Q.K^T and P.V: 2 (hd +
+// vd) per (row, key) attended; GB/s the cache bytes one call reads. With
+// `layers` > 1 the calls go round that many caches, as a decode step goes
+// through a model's layers: 24 layers of 4096 positions (50 MB in bf16) do not
+// stay in this machine's L3, so the cache comes from DRAM as it does in the model.
+void BM_Attention(benchmark::State& st, AttnProducts products, DType cache, bool mla) {
   const int ctx = int(st.range(0)), n_q = int(st.range(1)), layers = int(st.range(2));
-  const int H = 14, G = 2, hd = 64, bs = 16, blocks = (ctx + bs - 1) / bs;
+  const int H = mla ? 16 : 14, G = mla ? 1 : 2, hd = mla ? 288 : 64, vd = mla ? 256 : 64, bs = 16;
+  const int blocks = (ctx + bs - 1) / bs;
   if (products == AttnProducts::Bf16 && !attention_bf16_supported(Isa::Avx512)) {
     st.SkipWithError("no AVX512-BF16 on this CPU");
     return;
   }
   const Isa isa = products == AttnProducts::Bf16 ? Isa::Avx512 : best_isa();
-  const int64_t width = int64_t(G) * hd, slots = int64_t(blocks) * bs;
+  const int64_t kwidth = int64_t(G) * hd, vwidth = mla ? 0 : int64_t(G) * vd, slots = int64_t(blocks) * bs;
   std::vector<Buffer> k, v;
   for (int l = 0; l < layers; ++l) {
-    k.emplace_back(dtype_bytes(cache, slots * width)), v.emplace_back(dtype_bytes(cache, slots * width));
-    fill(k.back().data(), cache, slots * width, 1 + 2 * l);
-    fill(v.back().data(), cache, slots * width, 2 + 2 * l);
+    k.emplace_back(dtype_bytes(cache, slots * kwidth)), v.emplace_back(dtype_bytes(cache, slots * vwidth));
+    fill(k.back().data(), cache, slots * kwidth, 1 + 2 * l);
+    fill(v.back().data(), cache, slots * vwidth, 2 + 2 * l);
   }
-  std::vector<float> q(size_t(n_q) * H * hd), out(size_t(n_q) * H * hd);
+  std::vector<float> q(size_t(n_q) * H * hd), out(size_t(n_q) * H * vd);
   fill(q.data(), DType::F32, int64_t(q.size()), 3);
   std::vector<int32_t> table(blocks), seq(n_q, 0), pos(n_q);
   for (int b = 0; b < blocks; ++b) table[b] = b;
   for (int i = 0; i < n_q; ++i) pos[i] = ctx - n_q + i;
-  const AttnArgs a{H, G, hd, 0.125f};
+  AttnArgs a{H, G, hd, 0.125f};
+  if (mla) a.v_dim = vd, a.values_in_k = true;
   AttnScratch scratch;
   int layer = 0;
   for (auto _ : st) {
-    const PagedKV kv{k[layer].data(), v[layer].data(), int(width), int(width), bs, cache};
+    const PagedKV kv{k[layer].data(), mla ? nullptr : v[layer].data(), int(kwidth), int(vwidth), bs, cache};
     cpu_paged_attention(isa, products, out.data(), q.data(), H * hd, kv, a, table.data(), blocks, seq.data(),
                         pos.data(), n_q, pool(), scratch);
     benchmark::DoNotOptimize(out.data());
@@ -200,14 +204,14 @@ void BM_Attention(benchmark::State& st, AttnProducts products, DType cache) {
   }
   double pairs = 0;
   for (int i = 0; i < n_q; ++i) pairs += double(pos[i] + 1) * H;
-  st.counters["GFLOP/s"] = per_second(2.0 * (hd + hd) * pairs / 1e9);
-  st.counters["GB/s"] = per_second(double(dtype_bytes(cache, int64_t(ctx) * width)) * 2 / 1e9);
+  st.counters["GFLOP/s"] = per_second(2.0 * (hd + vd) * pairs / 1e9);
+  st.counters["GB/s"] = per_second(double(dtype_bytes(cache, int64_t(ctx) * (kwidth + vwidth))) / 1e9);
   st.SetLabel(std::string(isa_name(isa)) + (products == AttnProducts::Bf16 ? " bf16 products" : " f32 products") +
-              ", " + dtype_name(cache) + " cache");
+              ", " + dtype_name(cache) + " cache" + (mla ? ", MLA" : ""));
 }
 
 #define ATTENTION(products, cache)                                                                    \
-  BENCHMARK_CAPTURE(BM_Attention, products##_##cache, AttnProducts::products, DType::cache)           \
+  BENCHMARK_CAPTURE(BM_Attention, products##_##cache, AttnProducts::products, DType::cache, false)    \
       ->Args({4096, 512, 1})->Args({16384, 512, 1})->Args({4096, 1, 1})->Args({16384, 1, 1})            \
       ->Args({65536, 1, 1})->Args({4096, 1, 24})->Args({16384, 1, 24})                                 \
       ->ArgNames({"ctx", "q", "layers"})                                                              \
@@ -216,6 +220,10 @@ ATTENTION(F32, F32);
 ATTENTION(F32, BF16);
 ATTENTION(Bf16, BF16);
 ATTENTION(Bf16, F8_E4M3);
+BENCHMARK_CAPTURE(BM_Attention, Bf16_BF16_MLA, AttnProducts::Bf16, DType::BF16, true)
+    ->Args({4096, 512, 1})->Args({4096, 1, 1})->Args({16384, 1, 1})->Args({4096, 1, 12})
+    ->ArgNames({"ctx", "q", "layers"})
+    ->UseRealTime();
 
 // --- STREAM-like bandwidth, parallel over the same pool -------------------------
 

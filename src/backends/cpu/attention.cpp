@@ -128,24 +128,33 @@ void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float
   if (!k) return attend_scalar(c, block_tables, max_blocks, seq, pos, T, pool, s.floats);
 
   // Runs of consecutive positions of one sequence, then items of up to
-  // k->item_rows rows of one run and KV head.
+  // item_rows rows of one run and KV head. A decode step with fewer items than
+  // workers (one sequence over few KV heads; MLA has one) splits its rows
+  // further, down to half a vector, so every worker has one: each item reads the
+  // whole cache, but in parallel, and a row's operations do not depend on its
+  // item (attention.h).
   const int group = a.n_heads / a.n_kv_heads;
   std::vector<Item>& items = s.items;
-  items.clear();
-  for (int64_t t = 0; t < T;) {
-    int64_t e = t + 1;
-    while (e < T && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1) ++e;
-    const int rows = int(e - t) * group;
-    for (int g = 0; g < a.n_kv_heads; ++g)
-      for (int r = 0; r < rows; r += k->item_rows) {
-        Item it;
-        it.t0 = t, it.n_q = int(e - t), it.pos0 = pos[t], it.g = g, it.r0 = r;
-        it.r1 = std::min(rows, r + k->item_rows);
-        it.table = block_tables + int64_t(seq[t]) * max_blocks;
-        items.push_back(it);
-      }
-    t = e;
-  }
+  auto make_items = [&](int item_rows) {
+    items.clear();
+    for (int64_t t = 0; t < T;) {
+      int64_t e = t + 1;
+      while (e < T && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1) ++e;
+      const int rows = int(e - t) * group;
+      for (int g = 0; g < a.n_kv_heads; ++g)
+        for (int r = 0; r < rows; r += item_rows) {
+          Item it;
+          it.t0 = t, it.n_q = int(e - t), it.pos0 = pos[t], it.g = g, it.r0 = r;
+          it.r1 = std::min(rows, r + item_rows);
+          it.table = block_tables + int64_t(seq[t]) * max_blocks;
+          items.push_back(it);
+        }
+      t = e;
+    }
+  };
+  int item_rows = k->item_rows;
+  make_items(item_rows);
+  while (int(items.size()) < pool.size() && item_rows / 2 >= k->min_item_rows) make_items(item_rows /= 2);
   // Longest first, each to the least loaded worker (cost: rows x keys). The
   // deal only decides who computes an item, never how.
   auto cost = [&](const Item& it) { return int64_t(it.r1 - it.r0) * (it.pos0 + (it.r1 - 1) / group + 1); };

@@ -92,7 +92,8 @@ using ScratchFn = int64_t (*)(const AttnArgs& a);
 using RunItemFn = void (*)(const Call& c, const Item& it, float* scratch);
 
 struct Kernel {
-  int item_rows = 0;
+  int item_rows = 0;  // at most
+  int min_item_rows = 0;  // where items are split further to give every worker one (half a vector)
   ScratchFn scratch_floats = nullptr;
   RunItemFn run = nullptr;
 };

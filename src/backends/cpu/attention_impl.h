@@ -346,7 +346,7 @@ struct Tiled {
     }
   }
 
-  static Kernel kernel() { return {kItemRows, &scratch_floats, &run}; }
+  static Kernel kernel() { return {kItemRows, V / 2, &scratch_floats, &run}; }
 };
 
 }  // namespace mx::attn_detail
