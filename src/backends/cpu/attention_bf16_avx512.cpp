@@ -127,8 +127,8 @@ struct Bf16Products {
                                               _mm512_set1_ps(256.0f));
     return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + d);
   }
-  static __mmask16 first_n(int n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? 0 : __mmask16((1u << n) - 1); }
-  static __mmask32 first_n32(int n) { return n >= 32 ? ~__mmask32(0) : n <= 0 ? 0 : __mmask32((1u << n) - 1); }
+  static __mmask16 first_n(int n) { return matmul_detail::avx512::first_n(n); }
+  static __mmask32 first_n32(int n) { return matmul_detail::avx512::first_n32(n); }
 
   // A bf16 cache row of an even head_dim is already a row of pairs: read in place.
   static bool raw_keys(const KeyBlock& b, const AttnArgs& a) { return b.dt == DType::BF16 && a.head_dim % 2 == 0; }

@@ -1,6 +1,7 @@
 #pragma once
-// Pieces shared by the AVX-512 matmul kernel files (matmul_avx512.cpp,
-// matmul_bf16dot_avx512.cpp); include only from files compiled with -mavx512f.
+// Pieces shared by the AVX-512 kernel files (matmul_avx512.cpp,
+// matmul_bf16dot_avx512.cpp, attention_bf16_avx512.cpp); include only from files
+// compiled with -mavx512f.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -10,6 +11,14 @@
 namespace mx::matmul_detail::avx512 {
 
 constexpr int V = 16;  // f32 lanes
+
+// The first n lanes (n clamped to [0, 16] / [0, 32]): a tail's load / store mask.
+MX_INLINE __mmask16 first_n(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+MX_INLINE __mmask32 first_n32(int64_t n) {
+  return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
+}
 
 // The one fixed reduction tree: 16 -> 8 -> 4 -> 2 -> 1, halves added pairwise
 // (matmul_impl.h). The high half is extracted via the F-only f64x4 form: best_isa()

@@ -22,6 +22,7 @@ namespace {
 using avx512::hsum;
 using avx512::store_hsums;
 using avx512::V;
+using avx512::first_n;
 
 // Weight loaders: a full chunk of 16, and a zero-padded partial chunk, as f32.
 // s is the chunk's block scale (F8_E4M3 only; ignored otherwise). kBlock: columns
@@ -111,7 +112,7 @@ MX_INLINE void dot_tile_w(const Args& a, const typename L::T* w, int64_t t0, int
       step([&](int r) { return L::load(w + r * in + i, sc[r]); },
            [&](const float* p) { return _mm512_loadu_ps(p + i); });
     if (i < i1) {
-      const __mmask16 m = __mmask16((1u << (i1 - i)) - 1);
+      const __mmask16 m = first_n(i1 - i);
       step([&](int r) { return L::load_tail(w + r * in + i, m, sc[r]); },
            [&](const float* p) { return _mm512_maskz_loadu_ps(m, p + i); });
     }
@@ -172,7 +173,7 @@ void stream_tile(const Args& a, int64_t t0, int64_t r0) {
     }
     for (; i + V <= i1; i += V) chunk(i, sc, full_w, full_x);
     if (i < i1) {
-      const __mmask16 m = __mmask16((1u << (i1 - i)) - 1);
+      const __mmask16 m = first_n(i1 - i);
       chunk(i, sc, [m](const T* p, __m512 s) __attribute__((always_inline)) { return L::load_tail(p, m, s); },
             [m](const float* p) __attribute__((always_inline)) { return _mm512_maskz_loadu_ps(m, p); });
     }
@@ -254,7 +255,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
     }
     // The row's last < 32 columns: one chunk of 16 and/or a masked partial chunk.
     for (; i < i1; i += V) {
-      const __mmask16 m = i + V <= i1 ? __mmask16(0xFFFF) : __mmask16((1u << (i1 - i)) - 1);
+      const __mmask16 m = first_n(i1 - i);
       __m512 wv[R];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) wv[r] = Fp8W::load_tail(w + r * in + i, m, sc[r]);
@@ -300,7 +301,7 @@ void prep(const Args& a, int64_t, int64_t r0) {
         _mm512_storeu_ps(d + i + 16, hi);
       }
       for (; i < i1; i += V) {
-        const __mmask16 m = i + V <= i1 ? __mmask16(0xFFFF) : __mmask16((1u << (i1 - i)) - 1);
+        const __mmask16 m = first_n(i1 - i);
         _mm512_mask_storeu_ps(d + i, m, Fp8W::load_tail(w + i, m, sc));
       }
     }
@@ -365,7 +366,7 @@ MX_INLINE void load_group(const uint8_t* wp, const uint8_t* sp, int nblk, Group&
     g.lo[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m0f));
     g.hi[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f));
   }
-  __m128i e8 = Tail ? _mm_maskz_loadu_epi8(__mmask16((1u << nblk) - 1), sp)
+  __m128i e8 = Tail ? _mm_maskz_loadu_epi8(first_n(nblk), sp)
                     : _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp));
   e8 = _mm_shuffle_epi8(e8, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kOrder)));
   __m512i bits = _mm512_slli_epi32(_mm512_cvtepu8_epi32(e8), 23);

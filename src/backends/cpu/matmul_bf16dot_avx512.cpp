@@ -26,6 +26,7 @@
 namespace mx::matmul_detail {
 namespace {
 
+using avx512::first_n;
 using avx512::store_hsums;
 
 constexpr int K = 32;  // bf16 elements per vdpbf16ps
@@ -39,8 +40,7 @@ void round_row(const float* x, int64_t in, int64_t stride, uint16_t* dst) {
   }
   if (i < in) {
     const int64_t n = in - i;
-    const __mmask16 lo = __mmask16(n >= 16 ? 0xFFFF : (1u << n) - 1);
-    const __mmask16 hi = __mmask16(n <= 16 ? 0 : (1u << (n - 16)) - 1);
+    const __mmask16 lo = first_n(n), hi = first_n(n - 16);
     const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, x + i + 16), _mm512_maskz_loadu_ps(lo, x + i));
     _mm512_storeu_si512(dst + i, __m512i(b));  // lanes past `in` are +0
     i += K;
