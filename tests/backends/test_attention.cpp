@@ -110,7 +110,7 @@ TEST(CpuAttention, OutputDoesNotDependOnHowTheBatchIsCut) {
       for (int variant = 0; variant < 4; ++variant) {
         // GQA 8 over 2; Qwen3-like 14 over 2 (groups of 7, tiles not aligned to queries); MLA; odd
         // head and value dims (bf16 products: keys packed, not read in place; value dims left over
-        // from the narrow tiles' pairs of dims).
+        // from the half tiles' pairs of dims).
         const int H = variant == 1 ? 14 : variant == 3 ? 6 : 8, G = variant == 2 ? 1 : 2;
         const int hd = variant == 2 ? 40 : variant == 3 ? 33 : 64;
         const int vdim = variant == 2 ? 20 : variant == 3 ? 19 : hd, n = 150;
@@ -123,7 +123,7 @@ TEST(CpuAttention, OutputDoesNotDependOnHowTheBatchIsCut) {
         std::vector<int32_t> seq(n, 0), pos(n);
         for (int i = 0; i < n; ++i) pos[i] = i;
         const std::vector<float> whole = attend(isa, c, q, seq, pos, 0.125f, pool3);
-        // Blocks of 1 (decode), 3, 11 (variant 3: 33 rows, a tile of 32 and a narrow one in one
+        // Blocks of 1 (decode), 3, 11 (variant 3: 33 rows, a tile of 32 and a half tile in one
         // item), 16, 64 queries, and chunks at arbitrary split points.
         std::vector<std::vector<int>> cuts;
         for (int b : {1, 3, 11, 16, 64}) {

@@ -13,6 +13,17 @@
 // key or value element, broadcast, serves a vector of rows; the K and V of a key
 // block are read once for every row of the GQA group and of the query run.
 //
+// Decode: a token's rows are its GQA group (7 for Qwen3's 14 heads over 2), a
+// tile's first vector or less. A tile whose rows fit half a vector takes its
+// exps two keys at a time, and its bf16 products two keys (Q.K^T) or two value
+// dims (P.V) per vdpbf16ps (attention_bf16_avx512.cpp): lane for lane the same
+// operations. A step with fewer work items than the pool has workers (one
+// sequence over few KV heads; MLA's single latent head) splits its rows down to
+// half a vector per item. The next key block's rows are prefetched a few at a
+// time while a block computes: a long context's cache comes from DRAM, across
+// rows strided by the other KV heads', which the hardware prefetchers do not
+// follow (BENCHMARKS.md: 2-4x slower without, from DRAM).
+//
 // Batch invariance (the contract of backends/cpu/matmul.h, carried over): a row's
 // output is bitwise the same whether its query is computed alone (decode), in a
 // chunk of any size, next to any other rows, or on any number of threads. Each

@@ -43,22 +43,22 @@ struct Bf16Products {
   using F = __m512;
   using M = __mmask16;
   static constexpr int V = 16, RT = 2 * V, KB = kAttnKeyBlock, KS = S::KS, DS = S::DS;
-  static constexpr int NR = V / 2;  // rows of a narrow tile (below)
+  static constexpr int NR = V / 2;  // rows of a half tile (below)
 
   static int pairs(int n) { return (n + 1) / 2; }
-  // Queries: qp, then the narrow layout qd. Keys: rows of pairs, values, keys interleaved by pairs.
-  // Weights: pp, then the narrow layout pd.
+  // Queries: qp, then the half tiles' layout qd. Keys: rows of pairs, values, keys interleaved by pairs.
+  // Weights: pp, then the half tiles' layout pd.
   static int64_t q_floats(const AttnArgs& a) { return int64_t(pairs(a.head_dim)) * (RT + V); }
   static int64_t kv_floats(const AttnArgs& a) { return 2 * int64_t(KB) * pairs(a.head_dim) + int64_t(KB / 2) * a.vd(); }
   static int64_t p_floats(const AttnArgs&) { return int64_t(KB / 2) * (RT + V); }
 
-  // A narrow tile has all its rows in lanes 0..7 (a decode token's GQA group of up
+  // A half tile has all its rows in lanes 0..7 (a decode token's GQA group of up
   // to 8 heads: 7 for Qwen3's 14 over 2). Its products put two keys (Q.K^T) or two
   // value dims (P.V) side by side in the lanes, 2r + e for row r, so each
   // vdpbf16ps does 16 products a row needs where the tile layout does 8 and pads
   // the rest. Every lane still performs its row's sequence above, operand for
   // operand, so a row's bits are those of the wide layout.
-  static bool narrow(const int32_t* pos) { return pos[NR] < 0; }
+  static bool half_tile(const int32_t* pos) { return pos[NR] < 0; }
   static __m512i dup_idx() { return _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0); }
   // Lanes 2r + e to e * 8 + r: the even lanes in the low half, the odd ones in the high.
   static __m512i split_idx() { return _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0); }
@@ -145,17 +145,17 @@ struct Bf16Products {
 
   // Keys as rows of pairs (32 elements rounded by vcvtne2ps2bf16 are 16 pairs in
   // order; an odd head_dim's last pair gets a 0), unless read in place; for
-  // narrow tiles, also keys 2jp and 2jp + 1 interleaved word by word; values as
+  // half tiles, also keys 2jp and 2jp + 1 interleaved word by word; values as
   // pairs of keys, per dim (past the block's end: 0). Every key a micro-tile of
   // scores reads is there (the rows past n are the zero row).
   static void pack_block(const KeyBlock& b, int n, const AttnArgs& a) {
     const int hd = a.head_dim, vd = a.vd(), hp = pairs(hd);
-    bool any_narrow = false, any_wide = false;
-    for (int tile = 0; tile < b.n_tiles; ++tile) (narrow(b.tile_pos + tile * RT) ? any_narrow : any_wide) = true;
+    bool any_half = false, any_wide = false;
+    for (int tile = 0; tile < b.n_tiles; ++tile) (half_tile(b.tile_pos + tile * RT) ? any_half : any_wide) = true;
     const int wide_keys = any_wide ? std::min(KB, (n + KS - 1) / KS * KS) : 0;
-    const int narrow_keys = any_narrow ? std::min(KB, (n + 2 * KS - 1) / (2 * KS) * (2 * KS)) : 0;
+    const int half_keys = any_half ? std::min(KB, (n + 2 * KS - 1) / (2 * KS) * (2 * KS)) : 0;
     if (!raw_keys(b, a))
-      for (int j = 0; j < std::max(wide_keys, narrow_keys); ++j) {
+      for (int j = 0; j < std::max(wide_keys, half_keys); ++j) {
         const DType dt = j < n ? b.dt : DType::F32;  // the zero row is f32
         float* out = b.kvp + int64_t(j) * hp;
         for (int d = 0; d < hd; d += 32) {
@@ -164,11 +164,11 @@ struct Bf16Products {
                                    reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
         }
       }
-    if (narrow_keys) {
+    if (half_keys) {
       const __m512i lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
       const __m512i hi_idx = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
       float* k2 = keys_by_pairs(b, a);
-      for (int jp = 0; jp < narrow_keys / 2; ++jp) {
+      for (int jp = 0; jp < half_keys / 2; ++jp) {
         const float *ra = key_row(b, a, 2 * jp), *rb = key_row(b, a, 2 * jp + 1);
         float* out = k2 + int64_t(jp) * 2 * hp;
         for (int c = 0; c < hp; c += 16) {
@@ -239,8 +239,8 @@ struct Bf16Products {
                          S::select(S::ge(pv, b.kpos0 + j0 + k), _mm512_mul_ps(acc[k][n], scale), ninf));
     }
   }
-  // A narrow tile's keys [j0, j0 + 2 KS): KS pairs of keys, key j0 + 2k + e in lanes 2r + e.
-  static void score_tile_narrow(const TileRows& t, int hp, const float* k2, int kpos0, int j0, F scale, float* s) {
+  // A half tile's keys [j0, j0 + 2 KS): KS pairs of keys, key j0 + 2k + e in lanes 2r + e.
+  static void score_tile_half(const TileRows& t, int hp, const float* k2, int kpos0, int j0, F scale, float* s) {
     F acc[KS];
     for (int k = 0; k < KS; ++k) acc[k] = _mm512_setzero_ps();
     const float* qd = t.qp + int64_t(hp) * RT;
@@ -262,8 +262,8 @@ struct Bf16Products {
   static void scores(const TileRows& t, const KeyBlock& b, int nk, const AttnArgs& a, float* s) {
     const F scale = _mm512_set1_ps(a.scale);
     const int hp = pairs(a.head_dim);
-    if (NV == 1 && narrow(t.pos)) {
-      for (int j0 = 0; j0 < nk; j0 += 2 * KS) score_tile_narrow(t, hp, keys_by_pairs(b, a), b.kpos0, j0, scale, s);
+    if (NV == 1 && half_tile(t.pos)) {
+      for (int j0 = 0; j0 < nk; j0 += 2 * KS) score_tile_half(t, hp, keys_by_pairs(b, a), b.kpos0, j0, scale, s);
       return;
     }
     for (int j0 = 0; j0 < nk; j0 += KS) score_tile<NV>(t, hp, b, a, j0, scale, s);
@@ -311,10 +311,10 @@ struct Bf16Products {
     for (int dd = 0; dd < ND; ++dd)
       for (int n = 0; n < NV; ++n) _mm512_storeu_ps(ot + (d0 + dd) * RT + n * V, acc[dd][n]);
   }
-  // A narrow tile's dims [d0, d0 + 2 ND2): dim d0 + 2dd + e of row r in lane 2r + e, the
+  // A half tile's dims [d0, d0 + 2 ND2): dim d0 + 2dd + e of row r in lane 2r + e, the
   // weights pd and the masks duplicated to both lanes of a row.
   template <int ND2>
-  static void value_tile_narrow(float* ot, int d0, const float* vpk, int vd, int np, const M* whole, const Masks& m,
+  static void value_tile_half(float* ot, int d0, const float* vpk, int vd, int np, const M* whole, const Masks& m,
                                 const M* first, const float* pd, F alpha) {
     const __m512i lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     F acc[ND2];
@@ -368,7 +368,7 @@ struct Bf16Products {
     }
     const float* vals = values_packed(b, a);
     int d = 0;
-    if (NV == 1 && narrow(t.pos)) {
+    if (NV == 1 && half_tile(t.pos)) {
       constexpr int ND2 = 8;
       float* pd = pp + (KB / 2) * RT;
       M whole[KB / 2], first[KB / 2];
@@ -379,7 +379,7 @@ struct Bf16Products {
       for (int f = 0; f < m.n_first; ++f) first[f] = dup_bits(m.first[f][0]);
       const F alpha2 = _mm512_permutexvar_ps(dup_idx(), alpha[0]);
       for (; d + 2 * ND2 <= vd; d += 2 * ND2)
-        value_tile_narrow<ND2>(ot, d, vals, vd, np, whole, m, first, pd, alpha2);
+        value_tile_half<ND2>(ot, d, vals, vd, np, whole, m, first, pd, alpha2);
     }
     for (; d + DS <= vd; d += DS) value_tile<NV, DS>(ot, d, vals, vd, np, m, pp, alpha);
     for (; d < vd; ++d) value_tile<NV, 1>(ot, d, vals, vd, np, m, pp, alpha);

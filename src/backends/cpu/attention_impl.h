@@ -21,7 +21,8 @@
 //   kReadsNarrow: whether it takes BF16 and F8_E4M3 caches' rows as they are
 //     (else they are widened to f32 first);
 //   pack_block(b, n, a): once per key block and item, into b.kvp from the rows
-//     b.kp[j], b.vp[j] (j < n) of the block's keys and values;
+//     b.kp[j], b.vp[j] (j < n) of the block's keys and values; and prefetch_next
+//     over the next block's rows b.next, spread over its work;
 //   scores<NV>(t, b, nk, a, s): s[j][RT] for the block's keys j < nk, -inf where
 //     a row's position is below the key's;
 //   values<NV>(ot, t, b, nk, alpha, s, a, pp): o = o * alpha + P.V over keys j < nk;
