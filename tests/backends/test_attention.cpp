@@ -107,11 +107,13 @@ TEST(CpuAttention, OutputDoesNotDependOnHowTheBatchIsCut) {
   ThreadPool pool1(1), pool3(3);  // 3 workers: an uneven deal of the items
   for (Path isa : paths())
     for (DType dt : {DType::F32, DType::BF16, DType::F8_E4M3})
-      for (int variant = 0; variant < 4; ++variant) {
+      for (int variant = 0; variant < 5; ++variant) {
         // GQA 8 over 2; Qwen3-like 14 over 2 (groups of 7, tiles not aligned to queries); MLA; odd
         // head and value dims (bf16 products: keys packed, not read in place; value dims left over
-        // from the half tiles' pairs of dims).
-        const int H = variant == 1 ? 14 : variant == 3 ? 6 : 8, G = variant == 2 ? 1 : 2;
+        // from the half tiles' pairs of dims); 16 heads over 1 (a decode token's 16 rows are split
+        // into two items on 3 workers).
+        const int H = variant == 1 ? 14 : variant == 3 ? 6 : variant == 4 ? 16 : 8;
+        const int G = variant == 2 || variant == 4 ? 1 : 2;
         const int hd = variant == 2 ? 40 : variant == 3 ? 33 : 64;
         const int vdim = variant == 2 ? 20 : variant == 3 ? 19 : hd, n = 150;
         std::mt19937 rng(100 + variant);
@@ -169,32 +171,34 @@ TEST(CpuAttention, LaterNonFiniteValuesDoNotReachEarlierQueries) {
   // Keys and values at positions after a query's own (written by the same
   // forward, e.g. a chunk) are masked by select / masked FMA (bf16: masked
   // vdpbf16ps, and a pair's second value zeroed): inf or NaN there leaves the
-  // earlier queries' outputs exactly as computed alone.
+  // earlier queries' outputs exactly as computed alone. F32 and BF16 caches (the
+  // bf16 products read a bf16 cache's rows in place).
   ThreadPool pool(2);
-  for (Path isa : paths()) {
-    std::mt19937 rng(5);
-    Cache c = make_cache(4, 2, 32, 32, 16, 80, false, DType::F32, rng);
-    const int n = 80, H = 4, hd = 32, row = H * hd;
-    const std::vector<float> q = randn(size_t(n) * H * hd, rng);
-    std::vector<int32_t> seq(n, 0), pos(n);
-    for (int i = 0; i < n; ++i) pos[i] = i;
-    float* kf = reinterpret_cast<float*>(c.k.data());
-    float* vf = reinterpret_cast<float*>(c.v.data());
-    for (int g = 0; g < 2; ++g) {
-      kf[c.slot(0, 70) * 2 * hd + g * hd + 3] = std::numeric_limits<float>::infinity();
-      vf[c.slot(0, 70) * 2 * hd + g * hd + 5] = std::numeric_limits<float>::quiet_NaN();
-      vf[c.slot(0, 71) * 2 * hd + g * hd + 1] = std::numeric_limits<float>::infinity();
-      // bf16 products pair the keys (68, 69): position 68 must not meet 69's value.
-      vf[c.slot(0, 69) * 2 * hd + g * hd + 2] = std::numeric_limits<float>::infinity();
+  for (Path isa : paths())
+    for (DType dt : {DType::F32, DType::BF16}) {
+      std::mt19937 rng(5);
+      Cache c = make_cache(4, 2, 32, 32, 16, 80, false, dt, rng);
+      const int n = 80, H = 4, hd = 32, row = H * hd;
+      const std::vector<float> q = randn(size_t(n) * H * hd, rng);
+      std::vector<int32_t> seq(n, 0), pos(n);
+      for (int i = 0; i < n; ++i) pos[i] = i;
+      const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+      for (int g = 0; g < 2; ++g) {
+        kv_store(c.k.data(), dt, c.slot(0, 70) * 2 * hd + g * hd + 3, inf);
+        kv_store(c.v.data(), dt, c.slot(0, 70) * 2 * hd + g * hd + 5, nan);
+        kv_store(c.v.data(), dt, c.slot(0, 71) * 2 * hd + g * hd + 1, inf);
+        // bf16 products pair the keys (68, 69): position 68 must not meet 69's value.
+        kv_store(c.v.data(), dt, c.slot(0, 69) * 2 * hd + g * hd + 2, inf);
+      }
+      const std::vector<float> whole = attend(isa, c, q, seq, pos, 0.2f, pool);
+      for (int i : {0, 62, 63, 64, 67, 68}) {
+        std::vector<float> qi(q.begin() + size_t(i) * row, q.begin() + size_t(i + 1) * row);
+        const std::vector<float> o = attend(isa, c, qi, {0}, {i}, 0.2f, pool);
+        const std::string at = isa.name() + " " + dtype_name(dt) + " query " + std::to_string(i);
+        for (float x : o) ASSERT_TRUE(std::isfinite(x)) << at;
+        ASSERT_TRUE(same_bits(o.data(), whole.data() + size_t(i) * row, row)) << at;
+      }
     }
-    const std::vector<float> whole = attend(isa, c, q, seq, pos, 0.2f, pool);
-    for (int i : {0, 62, 63, 64, 67, 68}) {
-      std::vector<float> qi(q.begin() + size_t(i) * row, q.begin() + size_t(i + 1) * row);
-      const std::vector<float> o = attend(isa, c, qi, {0}, {i}, 0.2f, pool);
-      for (float x : o) ASSERT_TRUE(std::isfinite(x)) << isa.name() << " query " << i;
-      ASSERT_TRUE(same_bits(o.data(), whole.data() + size_t(i) * row, row)) << isa.name() << " query " << i;
-    }
-  }
 }
 
 TEST(CpuAttention, MatchesADoubleSoftmaxOverTheCache) {

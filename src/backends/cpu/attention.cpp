@@ -152,9 +152,12 @@ void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float
       t = e;
     }
   };
-  int item_rows = k->item_rows;
+  int item_rows = k->item_rows, max_run_rows = 0;
   make_items(item_rows);
-  while (int(items.size()) < pool.size() && item_rows / 2 >= k->min_item_rows) make_items(item_rows /= 2);
+  for (const Item& it : items) max_run_rows = std::max(max_run_rows, it.r1);
+  const int min_rows = std::max(1, k->min_item_rows);
+  while (int(items.size()) < pool.size() && item_rows / 2 >= min_rows)
+    if ((item_rows /= 2) < max_run_rows) make_items(item_rows);  // else no item would change
   // Longest first, each to the least loaded worker (cost: rows x keys). The
   // deal only decides who computes an item, never how.
   auto cost = [&](const Item& it) { return int64_t(it.r1 - it.r0) * (it.pos0 + (it.r1 - 1) / group + 1); };

@@ -20,11 +20,18 @@
 //
 // Packed layouts (32-bit words, each a bf16 pair, the first in the low half):
 //   queries qp[i][RT]: row r's (q[2i], q[2i+1]) in lane r (per tile, per item);
-//   keys    kp[j][i]:  (k_j[2i], k_j[2i+1]) (per block, per item);
+//   keys    kp[j][i]:  (k_j[2i], k_j[2i+1]) (per block, per item; a bf16 cache
+//                      row of even head_dim is this row already, read in place);
 //   values  vp[i][d]:  (v_2i[d], v_2i+1[d]) (per block, per item);
 //   weights pp[i][RT]: row r's (P_2i, P_2i+1) in lane r (per block, per tile).
 // Q.K^T broadcasts one key word against a tile's query pairs; P.V one value
 // word against the weight pairs, exactly as the f32 kernel broadcasts one float.
+// Half tiles (rows in lanes 0..7, below) use lane 2r + e and three more layouts:
+//   queries qd[i][16]: row r's qp word in lanes 2r and 2r + 1;
+//   keys    k2[jp][i][2]: key 2jp's word i, then key 2jp + 1's (a 64-bit broadcast
+//                      gives key 2jp to the even lanes and 2jp + 1 to the odd);
+//   weights pd[i][16]: row r's pp word in lanes 2r and 2r + 1; values as vp, two
+//                      adjacent words (dims d, d + 1) broadcast as 64 bits.
 #include <immintrin.h>
 
 #include "backends/cpu/attention_impl.h"
@@ -62,7 +69,6 @@ struct Bf16Products {
   static __m512i dup_idx() { return _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0); }
   // Lanes 2r + e to e * 8 + r: the even lanes in the low half, the odd ones in the high.
   static __m512i split_idx() { return _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0); }
-  static F high_half(F x) { return _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2)); }
   // Bit r of m (r < 8) to bits 2r and 2r + 1.
   static M dup_bits(M m) {
     uint32_t x = m & 0xFFu;
@@ -159,7 +165,8 @@ struct Bf16Products {
         const DType dt = j < n ? b.dt : DType::F32;  // the zero row is f32
         float* out = b.kvp + int64_t(j) * hp;
         for (int d = 0; d < hd; d += 32) {
-          const F lo = row_f32(b.kp[j], dt, d, first_n(hd - d)), hi = row_f32(b.kp[j], dt, d + 16, first_n(hd - d - 16));
+          const F lo = row_f32(b.kp[j], dt, d, first_n(hd - d));
+          const F hi = row_f32(b.kp[j], dt, d + 16, first_n(hd - d - 16));
           _mm512_mask_storeu_epi32(out + d / 2, first_n(pairs(hd - d)),
                                    reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
         }
@@ -255,7 +262,7 @@ struct Bf16Products {
       const F x = _mm512_permutexvar_ps(split_idx(), _mm512_mul_ps(acc[k], scale));
       const int j = j0 + 2 * k;
       _mm512_storeu_ps(s + j * RT, S::select(S::ge(pv, kpos0 + j), x, ninf));
-      _mm512_storeu_ps(s + (j + 1) * RT, S::select(S::ge(pv, kpos0 + j + 1), high_half(x), ninf));
+      _mm512_storeu_ps(s + (j + 1) * RT, S::select(S::ge(pv, kpos0 + j + 1), S::high_half(x), ninf));
     }
   }
   template <int NV>
@@ -338,7 +345,7 @@ struct Bf16Products {
     for (int dd = 0; dd < ND2; ++dd) {
       const F x = _mm512_permutexvar_ps(split_idx(), acc[dd]);
       _mm512_mask_storeu_ps(ot + (d0 + 2 * dd) * RT, 0x00FF, x);
-      _mm512_mask_storeu_ps(ot + (d0 + 2 * dd + 1) * RT, 0x00FF, high_half(x));
+      _mm512_mask_storeu_ps(ot + (d0 + 2 * dd + 1) * RT, 0x00FF, S::high_half(x));
     }
   }
 

@@ -58,8 +58,9 @@ struct KeyBlock {
   const int32_t* tile_pos;  // the item's tiles' row positions (RT per tile, -1: padding)
   int n_tiles;
   // The next block's rows, read in place (n = 0: none, or widened), for P to
-  // prefetch a few at a time while it computes this block: issued in one burst,
-  // they stall the core once its miss buffers are full and overlap nothing.
+  // prefetch while it computes this block. Bf16Products spreads them over its
+  // packing: in one burst they stall the core once its miss buffers are full
+  // (F32Products, which serves f32 models and AVX2, still issues them at once).
   struct Next {
     const void* const* kp;
     const void* const* vp;
@@ -309,8 +310,9 @@ struct Tiled {
       if (next_n) block_rows(kb + KB, kp[cur ^ 1], vp[cur ^ 1]);
       if (!in_place) block_rows(kb, kp[cur], vp[cur]);
       for (int j = ke - kb; j < KB + KS; ++j) kp[cur][j] = zero;  // a micro-tile's keys past the end
+      const int next_v_bytes = a.values_in_k ? 0 : int(vd * es);  // MLA: the values are in the keys' lines
       const KeyBlock b{kp[cur],  vp[cur], in_place ? kv.dtype : DType::F32, scratch + L.kvp, kb, posall, n_tiles,
-                       {kp[cur ^ 1], vp[cur ^ 1], next_n, int(hd * es), int(vd * es)}};
+                       {kp[cur ^ 1], vp[cur ^ 1], next_n, int(hd * es), next_v_bytes}};
       P::pack_block(b, ke - kb, a);
       for (int tile = 0; tile < n_tiles; ++tile) {
         const int tm = tile_max(tile);
