@@ -19,10 +19,10 @@
 // dims (P.V) per vdpbf16ps (attention_bf16_avx512.cpp): lane for lane the same
 // operations. A step with fewer work items than the pool has workers (one
 // sequence over few KV heads; MLA's single latent head) splits its rows down to
-// half a vector per item. The next key block's rows are prefetched a few at a
-// time while a block computes: a long context's cache comes from DRAM, across
-// rows strided by the other KV heads', which the hardware prefetchers do not
-// follow (BENCHMARKS.md: 2-4x slower without, from DRAM).
+// half a vector per item. The next key block's rows are prefetched a line per
+// iteration of the products' loops while a block computes: a long context's
+// cache comes from DRAM, where the hardware prefetchers alone were 2-4x slower
+// and a burst of prefetches stalled the core (BENCHMARKS.md).
 //
 // Batch invariance (the contract of backends/cpu/matmul.h, carried over): a row's
 // output is bitwise the same whether its query is computed alone (decode), in a

@@ -51,6 +51,9 @@ struct Bf16Products {
   using M = __mmask16;
   static constexpr int V = 16, RT = 2 * V, KB = kAttnKeyBlock, KS = S::KS, DS = S::DS;
   static constexpr int NR = V / 2;  // rows of a half tile (below)
+  // A half tile's micro-tiles: KH pairs of keys (Q.K^T), ND2 pairs of value dims (P.V). 16 of
+  // each (twice the accumulators) measured the same on Zen 5 and waste more of a partial block.
+  static constexpr int KH = 8, ND2 = 8;
 
   static int pairs(int n) { return (n + 1) / 2; }
   // Queries: qp, then the half tiles' layout qd. Keys: rows of pairs, values, keys interleaved by pairs.
@@ -69,14 +72,6 @@ struct Bf16Products {
   static __m512i dup_idx() { return _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0); }
   // Lanes 2r + e to e * 8 + r: the even lanes in the low half, the odd ones in the high.
   static __m512i split_idx() { return _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0); }
-  // Bit r of m (r < 8) to bits 2r and 2r + 1.
-  static M dup_bits(M m) {
-    uint32_t x = m & 0xFFu;
-    x = (x | x << 4) & 0x0F0Fu;
-    x = (x | x << 2) & 0x3333u;
-    x = (x | x << 1) & 0x5555u;
-    return M(x | x << 1);
-  }
 
   // The 16 pairs (x[l], y[l]) in the 32-bit lanes l, rounded to bf16 to nearest even.
   static __m512i interleave(F x, F y) {
@@ -142,7 +137,7 @@ struct Bf16Products {
   static const float* key_row(const KeyBlock& b, const AttnArgs& a, int j) {
     return raw_keys(b, a) ? static_cast<const float*>(b.kp[j]) : b.kvp + int64_t(j) * pairs(a.head_dim);
   }
-  static const float* values_packed(const KeyBlock& b, const AttnArgs& a) {
+  static float* values_packed(const KeyBlock& b, const AttnArgs& a) {
     return b.kvp + int64_t(KB) * pairs(a.head_dim);
   }
   static float* keys_by_pairs(const KeyBlock& b, const AttnArgs& a) {
@@ -159,67 +154,70 @@ struct Bf16Products {
     bool any_half = false, any_wide = false;
     for (int tile = 0; tile < b.n_tiles; ++tile) (half_tile(b.tile_pos + tile * RT) ? any_half : any_wide) = true;
     const int wide_keys = any_wide ? std::min(KB, (n + KS - 1) / KS * KS) : 0;
-    const int half_keys = any_half ? std::min(KB, (n + 2 * KS - 1) / (2 * KS) * (2 * KS)) : 0;
+    const int half_keys = any_half ? std::min(KB, (n + 2 * KH - 1) / (2 * KH) * (2 * KH)) : 0;
+    // What the loops read, in locals: the intrinsics' stores may alias anything, and through
+    // b every row pointer and width would be reloaded after each of them. Masks are per chunk
+    // of a row, so the chunks are the outer loops.
+    const void* const* const kp = b.kp;
+    const void* const* const vp = b.vp;
+    const DType dt = b.dt;
+    float* const kvp = b.kvp;
     if (!raw_keys(b, a))
-      for (int j = 0; j < std::max(wide_keys, half_keys); ++j) {
-        const DType dt = j < n ? b.dt : DType::F32;  // the zero row is f32
-        float* out = b.kvp + int64_t(j) * hp;
-        for (int d = 0; d < hd; d += 32) {
-          const F lo = row_f32(b.kp[j], dt, d, first_n(hd - d));
-          const F hi = row_f32(b.kp[j], dt, d + 16, first_n(hd - d - 16));
-          _mm512_mask_storeu_epi32(out + d / 2, first_n(pairs(hd - d)),
-                                   reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      for (int d = 0; d < hd; d += 32) {
+        const __mmask16 lo = first_n(hd - d), hi = first_n(hd - d - 16), out = first_n(pairs(hd - d));
+        for (int j = 0; j < std::max(wide_keys, half_keys); ++j) {
+          const DType t = j < n ? dt : DType::F32;  // the zero row is f32
+          _mm512_mask_storeu_epi32(kvp + int64_t(j) * hp + d / 2, out,
+                                   reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(row_f32(kp[j], t, d + 16, hi),
+                                                                                 row_f32(kp[j], t, d, lo))));
         }
       }
     if (half_keys) {
       const __m512i lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
       const __m512i hi_idx = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-      float* k2 = keys_by_pairs(b, a);
-      for (int jp = 0; jp < half_keys / 2; ++jp) {
-        const float *ra = key_row(b, a, 2 * jp), *rb = key_row(b, a, 2 * jp + 1);
-        float* out = k2 + int64_t(jp) * 2 * hp;
-        for (int c = 0; c < hp; c += 16) {
-          const __mmask16 m = first_n(hp - c);
-          const __m512i x = _mm512_maskz_loadu_epi32(m, ra + c), y = _mm512_maskz_loadu_epi32(m, rb + c);
-          _mm512_mask_storeu_epi32(out + 2 * c, first_n(2 * (hp - c)), _mm512_permutex2var_epi32(x, lo_idx, y));
-          _mm512_mask_storeu_epi32(out + 2 * c + 16, first_n(2 * (hp - c) - 16),
-                                   _mm512_permutex2var_epi32(x, hi_idx, y));
+      float* const k2 = keys_by_pairs(b, a);
+      const bool raw = raw_keys(b, a);
+      auto row = [&](int j) { return raw ? static_cast<const float*>(kp[j]) : kvp + int64_t(j) * hp; };  // key_row
+      for (int c = 0; c < hp; c += 16) {
+        const __mmask16 m = first_n(hp - c), lo = first_n(2 * (hp - c)), hi = first_n(2 * (hp - c) - 16);
+        for (int jp = 0; jp < half_keys / 2; ++jp) {
+          const float *ra = row(2 * jp) + c, *rb = row(2 * jp + 1) + c;
+          const __m512i x = _mm512_maskz_loadu_epi32(m, ra), y = _mm512_maskz_loadu_epi32(m, rb);
+          float* out = k2 + int64_t(jp) * 2 * hp + 2 * c;
+          _mm512_mask_storeu_epi32(out, lo, _mm512_permutex2var_epi32(x, lo_idx, y));
+          _mm512_mask_storeu_epi32(out + 16, hi, _mm512_permutex2var_epi32(x, hi_idx, y));
         }
       }
     }
-    float* vpk = b.kvp + int64_t(KB) * hp;
-    if (b.dt == DType::BF16) {  // pairs of words straight from the rows (bf16 is exact)
-      alignas(64) static constexpr uint16_t kLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                       8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-      const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    // Values as pairs of keys, per dim: a bf16 row's words paired straight from the rows (bf16
+    // is exact), other rows through f32.
+    float* const vpk = values_packed(b, a);
+    alignas(64) static constexpr uint16_t kLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    for (int d = 0; d < vd; d += 32) {
+      const __mmask32 m = first_n32(vd - d);
+      const __mmask16 lo = first_n(vd - d), hi = first_n(vd - d - 16);
       for (int i = 0; i < pairs(n); ++i) {
-        prefetch_next(b, 2 * i, 2 * i + 2);  // spread over the block's packing (attention_impl.h)
         const bool second = 2 * i + 1 < n;
-        const uint16_t* r0 = static_cast<const uint16_t*>(b.vp[2 * i]);
-        const uint16_t* r1 = second ? static_cast<const uint16_t*>(b.vp[2 * i + 1]) : nullptr;
-        for (int d = 0; d < vd; d += 32) {
-          const __mmask32 m = first_n32(vd - d);
-          const __m512i x = _mm512_maskz_loadu_epi16(m, r0 + d);
-          const __m512i y = second ? _mm512_maskz_loadu_epi16(m, r1 + d) : _mm512_setzero_si512();
-          _mm512_mask_storeu_epi32(vpk + int64_t(i) * vd + d, first_n(vd - d), _mm512_permutex2var_epi16(x, lo_idx, y));
-          _mm512_mask_storeu_epi32(vpk + int64_t(i) * vd + d + 16, first_n(vd - d - 16),
-                                   _mm512_permutex2var_epi16(x, hi_idx, y));
+        float* out = vpk + int64_t(i) * vd + d;
+        if (dt == DType::BF16) {
+          const uint16_t* r0 = static_cast<const uint16_t*>(vp[2 * i]) + d;
+          const __m512i x = _mm512_maskz_loadu_epi16(m, r0);
+          const __m512i y = second ? _mm512_maskz_loadu_epi16(m, static_cast<const uint16_t*>(vp[2 * i + 1]) + d)
+                                   : _mm512_setzero_si512();
+          _mm512_mask_storeu_epi32(out, lo, _mm512_permutex2var_epi16(x, lo_idx, y));
+          _mm512_mask_storeu_epi32(out + 16, hi, _mm512_permutex2var_epi16(x, hi_idx, y));
+        } else {
+          for (int h = 0; h < 2; ++h) {
+            const __mmask16 mh = h ? hi : lo;
+            const F x = row_f32(vp[2 * i], dt, d + 16 * h, mh);
+            const F y = second ? row_f32(vp[2 * i + 1], dt, d + 16 * h, mh) : _mm512_setzero_ps();
+            _mm512_mask_storeu_epi32(out + 16 * h, mh, interleave(x, y));
+          }
         }
       }
-      prefetch_next(b, 2 * pairs(n), KB);
-      return;
     }
-    for (int i = 0; i < pairs(n); ++i) {
-      prefetch_next(b, 2 * i, 2 * i + 2);
-      const bool second = 2 * i + 1 < n;
-      for (int d = 0; d < vd; d += 16) {
-        const __mmask16 m = first_n(vd - d);
-        const F x = row_f32(b.vp[2 * i], b.dt, d, m);
-        const F y = second ? row_f32(b.vp[2 * i + 1], b.dt, d, m) : _mm512_setzero_ps();
-        _mm512_mask_storeu_epi32(vpk + int64_t(i) * vd + d, m, interleave(x, y));
-      }
-    }
-    prefetch_next(b, 2 * pairs(n), KB);
   }
 
   template <int NV>
@@ -231,6 +229,7 @@ struct Bf16Products {
       for (int n = 0; n < NV; ++n) acc[k][n] = _mm512_setzero_ps();
     }
     for (int i = 0; i < hp; ++i) {
+      prefetch_step(b);
       __m512bh q[NV];
       for (int n = 0; n < NV; ++n) q[n] = bh(_mm512_loadu_si512(t.qp + i * RT + n * V));
       for (int k = 0; k < KS; ++k) {
@@ -246,19 +245,21 @@ struct Bf16Products {
                          S::select(S::ge(pv, b.kpos0 + j0 + k), _mm512_mul_ps(acc[k][n], scale), ninf));
     }
   }
-  // A half tile's keys [j0, j0 + 2 KS): KS pairs of keys, key j0 + 2k + e in lanes 2r + e.
-  static void score_tile_half(const TileRows& t, int hp, const float* k2, int kpos0, int j0, F scale, float* s) {
-    F acc[KS];
-    for (int k = 0; k < KS; ++k) acc[k] = _mm512_setzero_ps();
+  // A half tile's keys [j0, j0 + 2 KH): KH pairs of keys, key j0 + 2k + e in lanes 2r + e.
+  static void score_tile_half(const TileRows& t, int hp, const KeyBlock& b, const float* k2, int kpos0, int j0, F scale,
+                              float* s) {
+    F acc[KH];
+    for (int k = 0; k < KH; ++k) acc[k] = _mm512_setzero_ps();
     const float* qd = t.qp + int64_t(hp) * RT;
     const float* keys = k2 + int64_t(j0) * hp;  // pair j0 / 2 + k at keys + 2k hp
     for (int i = 0; i < hp; ++i) {
       const __m512bh q = bh(_mm512_loadu_si512(qd + i * V));
-      for (int k = 0; k < KS; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], q, bh(bcast_words2(keys + 2 * k * hp + 2 * i)));
+      prefetch_step(b);
+      for (int k = 0; k < KH; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], q, bh(bcast_words2(keys + 2 * k * hp + 2 * i)));
     }
     const F ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     const __m512i pv = _mm512_loadu_si512(t.pos);  // lanes 8.. are padding (-1): -inf there
-    for (int k = 0; k < KS; ++k) {
+    for (int k = 0; k < KH; ++k) {
       const F x = _mm512_permutexvar_ps(split_idx(), _mm512_mul_ps(acc[k], scale));
       const int j = j0 + 2 * k;
       _mm512_storeu_ps(s + j * RT, S::select(S::ge(pv, kpos0 + j), x, ninf));
@@ -270,7 +271,7 @@ struct Bf16Products {
     const F scale = _mm512_set1_ps(a.scale);
     const int hp = pairs(a.head_dim);
     if (NV == 1 && half_tile(t.pos)) {
-      for (int j0 = 0; j0 < nk; j0 += 2 * KS) score_tile_half(t, hp, keys_by_pairs(b, a), b.kpos0, j0, scale, s);
+      for (int j0 = 0; j0 < nk; j0 += 2 * KH) score_tile_half(t, hp, b, keys_by_pairs(b, a), b.kpos0, j0, scale, s);
       return;
     }
     for (int j0 = 0; j0 < nk; j0 += KS) score_tile<NV>(t, hp, b, a, j0, scale, s);
@@ -289,13 +290,14 @@ struct Bf16Products {
   };
 
   template <int NV, int ND>
-  static void value_tile(float* ot, int d0, const float* vpk, int vd, int np, const Masks& m, const float* pp,
-                         const F* alpha) {
+  static void value_tile(const KeyBlock& b, float* ot, int d0, const float* vpk, int vd, int np, const Masks& m,
+                         const float* pp, const F* alpha) {
     F acc[ND][NV];
     for (int dd = 0; dd < ND; ++dd)
       for (int n = 0; n < NV; ++n)
         acc[dd][n] = _mm512_mul_ps(_mm512_loadu_ps(ot + (d0 + dd) * RT + n * V), alpha[n]);
     for (int i = 0; i < np; ++i) {
+      prefetch_step(b);
       __m512bh w[NV];
       for (int n = 0; n < NV; ++n) w[n] = bh(_mm512_loadu_si512(pp + i * RT + n * V));
       const float* v = vpk + int64_t(i) * vd + d0;
@@ -320,9 +322,8 @@ struct Bf16Products {
   }
   // A half tile's dims [d0, d0 + 2 ND2): dim d0 + 2dd + e of row r in lane 2r + e, the
   // weights pd and the masks duplicated to both lanes of a row.
-  template <int ND2>
-  static void value_tile_half(float* ot, int d0, const float* vpk, int vd, int np, const M* whole, const Masks& m,
-                                const M* first, const float* pd, F alpha) {
+  static void value_tile_half(const KeyBlock& b, float* ot, int d0, const float* vpk, int vd, int np, const M* whole, int n_first,
+                              const int* first_pair, const M* first, const float* pd, F alpha) {
     const __m512i lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     F acc[ND2];
     for (int dd = 0; dd < ND2; ++dd)
@@ -331,12 +332,13 @@ struct Bf16Products {
                               alpha);
     for (int i = 0; i < np; ++i) {
       const __m512bh w = bh(_mm512_loadu_si512(pd + i * V));
+      prefetch_step(b);
       const float* v = vpk + int64_t(i) * vd + d0;
       for (int dd = 0; dd < ND2; ++dd) acc[dd] = mask_dot(acc[dd], whole[i], w, bh(bcast_words2(v + 2 * dd)));
     }
     const __m512i low = _mm512_set1_epi32(0xFFFF);
-    for (int f = 0; f < m.n_first; ++f) {
-      const int i = m.first_pair[f];
+    for (int f = 0; f < n_first; ++f) {
+      const int i = first_pair[f];
       const __m512bh w = bh(_mm512_loadu_si512(pd + i * V));
       const float* v = vpk + int64_t(i) * vd + d0;
       for (int dd = 0; dd < ND2; ++dd)
@@ -349,10 +351,44 @@ struct Bf16Products {
     }
   }
 
+  // A half tile's P.V over its first dims, a multiple of 2 ND2 (returned; the rest, an odd
+  // tail, goes through the tile layout): the weights pd, made straight from the scores (one
+  // rounding to bf16 and one permute, the words pp would hold), and the masks from the rows'
+  // positions duplicated to both lanes of a row.
+  static int values_half(float* ot, const TileRows& t, const KeyBlock& b, int nk, F alpha, const float* s,
+                         const AttnArgs& a, float* pd) {
+    const int np = pairs(nk), vd = a.vd(), done = vd / (2 * ND2) * (2 * ND2);
+    if (!done) return 0;
+    // Word 4r + 2e + f of pd's row: f ? P_2i+1 : P_2i of row r (words 16 + r and r of the rounded pair).
+    alignas(64) static constexpr uint16_t kDup[32] = {0, 16, 0, 16, 1, 17, 1, 17, 2, 18, 2, 18, 3, 19, 3, 19,
+                                                      4, 20, 4, 20, 5, 21, 5, 21, 6, 22, 6, 22, 7, 23, 7, 23};
+    const __m512i dup = _mm512_load_si512(kDup);
+    const __m512i posd = _mm512_permutexvar_epi32(dup_idx(), _mm512_loadu_si512(t.pos));
+    M whole[KB / 2], first[KB / 2];
+    int first_pair[KB / 2], n_first = 0;
+    for (int i = 0; i < np; ++i) {
+      const int k0 = b.kpos0 + 2 * i;
+      whole[i] = S::ge(posd, k0 + 1);
+      const M f = _mm512_cmpeq_epi32_mask(posd, _mm512_set1_epi32(k0));
+      if (f) first_pair[n_first] = i, first[n_first++] = f;  // see Masks
+      const F x = _mm512_loadu_ps(s + 2 * i * RT);
+      const F y = 2 * i + 1 < nk ? _mm512_loadu_ps(s + (2 * i + 1) * RT) : _mm512_setzero_ps();
+      _mm512_storeu_si512(pd + i * V,
+                          _mm512_permutexvar_epi16(dup, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(y, x))));
+    }
+    const F alpha2 = _mm512_permutexvar_ps(dup_idx(), alpha);
+    const float* vals = values_packed(b, a);
+    for (int d = 0; d < done; d += 2 * ND2) value_tile_half(b, ot, d, vals, vd, np, whole, n_first, first_pair, first, pd, alpha2);
+    return done;
+  }
+
   template <int NV>
   static void values(float* ot, const TileRows& t, const KeyBlock& b, int nk, const F* alpha, const float* s,
                      const AttnArgs& a, float* pp) {
     const int np = pairs(nk), vd = a.vd();
+    int d = 0;
+    if (NV == 1 && half_tile(t.pos) && (d = values_half(ot, t, b, nk, alpha[0], s, a, pp + (KB / 2) * RT)) == vd)
+      return;
     Masks m;
     __m512i pos[NV];
     for (int n = 0; n < NV; ++n) pos[n] = _mm512_loadu_si512(t.pos + n * V);
@@ -374,22 +410,8 @@ struct Bf16Products {
       }
     }
     const float* vals = values_packed(b, a);
-    int d = 0;
-    if (NV == 1 && half_tile(t.pos)) {
-      constexpr int ND2 = 8;
-      float* pd = pp + (KB / 2) * RT;
-      M whole[KB / 2], first[KB / 2];
-      for (int i = 0; i < np; ++i) {
-        _mm512_storeu_si512(pd + i * V, _mm512_permutexvar_epi32(dup_idx(), _mm512_loadu_si512(pp + i * RT)));
-        whole[i] = dup_bits(m.whole[i][0]);
-      }
-      for (int f = 0; f < m.n_first; ++f) first[f] = dup_bits(m.first[f][0]);
-      const F alpha2 = _mm512_permutexvar_ps(dup_idx(), alpha[0]);
-      for (; d + 2 * ND2 <= vd; d += 2 * ND2)
-        value_tile_half<ND2>(ot, d, vals, vd, np, whole, m, first, pd, alpha2);
-    }
-    for (; d + DS <= vd; d += DS) value_tile<NV, DS>(ot, d, vals, vd, np, m, pp, alpha);
-    for (; d < vd; ++d) value_tile<NV, 1>(ot, d, vals, vd, np, m, pp, alpha);
+    for (; d + DS <= vd; d += DS) value_tile<NV, DS>(b, ot, d, vals, vd, np, m, pp, alpha);
+    for (; d < vd; ++d) value_tile<NV, 1>(b, ot, d, vals, vd, np, m, pp, alpha);
   }
 };
 

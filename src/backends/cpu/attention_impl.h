@@ -21,8 +21,8 @@
 //   kReadsNarrow: whether it takes BF16 and F8_E4M3 caches' rows as they are
 //     (else they are widened to f32 first);
 //   pack_block(b, n, a): once per key block and item, into b.kvp from the rows
-//     b.kp[j], b.vp[j] (j < n) of the block's keys and values; and prefetch_next
-//     over the next block's rows b.next, spread over its work;
+//     b.kp[j], b.vp[j] (j < n) of the block's keys and values;
+//   and prefetches the next block's lines (KeyBlock::Next);
 //   scores<NV>(t, b, nk, a, s): s[j][RT] for the block's keys j < nk, -inf where
 //     a row's position is below the key's;
 //   values<NV>(ot, t, b, nk, alpha, s, a, pp): o = o * alpha + P.V over keys j < nk;
@@ -58,22 +58,33 @@ struct KeyBlock {
   const int32_t* tile_pos;  // the item's tiles' row positions (RT per tile, -1: padding)
   int n_tiles;
   // The next block's rows, read in place (n = 0: none, or widened), for P to
-  // prefetch while it computes this block. Bf16Products spreads them over its
-  // packing: in one burst they stall the core once its miss buffers are full
-  // (F32Products, which serves f32 models and AVX2, still issues them at once).
+  // prefetch while it computes this one: a line per iteration of its products'
+  // loops (prefetch_step), the rest once the block is done (prefetch_rest). A long
+  // context's cache comes from DRAM, and the core can only have so many misses in
+  // flight: prefetched in one burst, the lines stalled it at the prefetches and
+  // then left the memory idle while the block computed (BENCHMARKS.md, 2026-12-05
+  // 20:40: one thread, ctx 16384 from DRAM, 7.2 -> 9.6 GB/s once spread).
   struct Next {
     const void* const* kp;
     const void* const* vp;
     int n, k_bytes, v_bytes;
+    mutable int row = 0, off = 0;  // the next line to prefetch: row, byte offset in its key then value
   } next;
 };
 
-// Prefetches the next block's rows [j0, j1) (their keys and values).
-__attribute__((always_inline)) inline void prefetch_next(const KeyBlock& b, int j0, int j1) {
-  for (int j = j0; j < std::min(j1, b.next.n); ++j) {
-    for (int o = 0; o < b.next.k_bytes; o += 64) _mm_prefetch(static_cast<const char*>(b.next.kp[j]) + o, _MM_HINT_T0);
-    for (int o = 0; o < b.next.v_bytes; o += 64) _mm_prefetch(static_cast<const char*>(b.next.vp[j]) + o, _MM_HINT_T0);
-  }
+// Prefetches the next block's next line (row by row, its key's lines then its value's).
+// Written out (not a lambda): GCC 12 dropped a lambda whose only statements were prefetches.
+__attribute__((always_inline)) inline void prefetch_step(const KeyBlock& b) {
+  const KeyBlock::Next& x = b.next;
+  if (x.row >= x.n) return;
+  const char* p = x.off < x.k_bytes ? static_cast<const char*>(x.kp[x.row]) + x.off
+                                    : static_cast<const char*>(x.vp[x.row]) + (x.off - x.k_bytes);
+  _mm_prefetch(p, _MM_HINT_T0);
+  if ((x.off += 64) >= x.k_bytes + x.v_bytes) x.off = 0, ++x.row;
+}
+// The lines the loops did not reach (a short block, or one with few products).
+inline void prefetch_rest(const KeyBlock& b) {
+  while (b.next.row < b.next.n) prefetch_step(b);
 }
 
 // The f32 products: FMAs on the cache's rows (widened to f32), one key (Q.K^T)
@@ -89,7 +100,9 @@ struct F32Products {
   static int64_t kv_floats(const AttnArgs&) { return 0; }
   static int64_t p_floats(const AttnArgs&) { return 0; }
   static void pack_queries(const float*, int, float*) {}
-  static void pack_block(const KeyBlock& b, int, const AttnArgs&) { prefetch_next(b, 0, b.next.n); }
+  // The next block's lines at once: spread over the FMA loops, they cost more than they gained
+  // (BENCHMARKS.md, 2026-12-05 20:45).
+  static void pack_block(const KeyBlock& b, int, const AttnArgs&) { prefetch_rest(b); }
 
   // Keys [j0, j0 + KS): s[j] = (fma chain over d) * scale, -inf where the row's position is below the key's;
   // for the tile's first NV vectors of rows.
@@ -288,18 +301,27 @@ struct Tiled {
     // P prefetches while it computes this one (a long context's cache comes from DRAM).
     const void* kp[2][KB + KS];
     const void* vp[2][KB];
+    // In place, a row's address is a base plus the slot times a stride; held in locals, as
+    // stores through k and v could otherwise alias the fields they come from and be reloaded
+    // for every position.
+    const char* const kbase = static_cast<const char*>(kv.k) + koff * es;
+    const char* const vbase_h = static_cast<const char*>(vbase) + voff * es;
+    const int64_t kstride = kwid * es, vstride = vwid * es;
     auto block_rows = [&](int kb, const void** k, const void** v) {
-      for_slots(kb, std::min(kb + KB, max_pos + 1), [&](int j, int64_t slot) {
-        if (in_place) {
-          k[j - kb] = static_cast<const char*>(kv.k) + key_at(slot) * es;
-          v[j - kb] = static_cast<const char*>(vbase) + value_at(slot) * es;
-        } else {  // widen this block's rows once for every tile of the item (exact)
-          float* kr = scratch + L.kw + int64_t(j - kb) * hd;
-          float* vr = scratch + L.vw + int64_t(j - kb) * vd;
-          for (int d = 0; d < hd; ++d) kr[d] = kv_load(kv.k, kv.dtype, key_at(slot) + d);
-          for (int d = 0; d < vd; ++d) vr[d] = kv_load(vbase, kv.dtype, value_at(slot) + d);
-          k[j - kb] = kr, v[j - kb] = vr;
-        }
+      const int end = std::min(kb + KB, max_pos + 1);
+      if (in_place) {
+        for_slots(kb, end, [k, v, kb, kbase, vbase_h, kstride, vstride](int j, int64_t slot) {
+          k[j - kb] = kbase + slot * kstride;
+          v[j - kb] = vbase_h + slot * vstride;
+        });
+        return;
+      }
+      for_slots(kb, end, [&](int j, int64_t slot) {  // widen this block's rows once for every tile (exact)
+        float* kr = scratch + L.kw + int64_t(j - kb) * hd;
+        float* vr = scratch + L.vw + int64_t(j - kb) * vd;
+        for (int d = 0; d < hd; ++d) kr[d] = kv_load(kv.k, kv.dtype, key_at(slot) + d);
+        for (int d = 0; d < vd; ++d) vr[d] = kv_load(vbase, kv.dtype, value_at(slot) + d);
+        k[j - kb] = kr, v[j - kb] = vr;
       });
     };
     int cur = 0;
@@ -327,6 +349,7 @@ struct Tiled {
         else
           block<2>(a, t, ot, ml, ll, b, nk, scratch + L.s, scratch + L.pp);
       }
+      prefetch_rest(b);
     }
     // out = o / l, back to row-major.
     for (int tile = 0; tile < n_tiles; ++tile) {
