@@ -62,13 +62,13 @@ struct Bf16Products {
   static int64_t kv_floats(const AttnArgs& a) { return 2 * int64_t(KB) * pairs(a.head_dim) + int64_t(KB / 2) * a.vd(); }
   static int64_t p_floats(const AttnArgs&) { return int64_t(KB / 2) * (RT + V); }
 
-  // A half tile has all its rows in lanes 0..7 (a decode token's GQA group of up
-  // to 8 heads: 7 for Qwen3's 14 over 2). Its products put two keys (Q.K^T) or two
-  // value dims (P.V) side by side in the lanes, 2r + e for row r, so each
-  // vdpbf16ps does 16 products a row needs where the tile layout does 8 and pads
-  // the rest. Every lane still performs its row's sequence above, operand for
-  // operand, so a row's bits are those of the wide layout.
-  static bool half_tile(const int32_t* pos) { return pos[NR] < 0; }
+  // A half tile (half_tile<V>, attention_impl.h) has its rows in lanes 0..7 (a
+  // decode token's GQA group of up to 8 heads: 7 for Qwen3's 14 over 2). Its
+  // products put two keys (Q.K^T) or two value dims (P.V) side by side in the
+  // lanes, 2r + e for row r, so each vdpbf16ps does 16 products a row needs where
+  // the tile layout does 8 and pads the rest. Every lane still performs its row's
+  // sequence above, operand for operand, so a row's bits are those of the wide
+  // layout.
   static __m512i dup_idx() { return _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0); }
   // Lanes 2r + e to e * 8 + r: the even lanes in the low half, the odd ones in the high.
   static __m512i split_idx() { return _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0); }
@@ -102,7 +102,8 @@ struct Bf16Products {
     return _mm512_set1_epi64(w);
   }
 
-  static void pack_queries(const float* qt, int hd, float* qp) {
+  static void pack_queries(const float* qt, int hd, const int32_t* pos, float* qp) {
+    const bool half = half_tile<V>(pos);
     float* qd = qp + int64_t(pairs(hd)) * RT;
     for (int i = 0; i < pairs(hd); ++i) {
       for (int n = 0; n < 2; ++n) {
@@ -110,7 +111,7 @@ struct Bf16Products {
         const F y = 2 * i + 1 < hd ? _mm512_loadu_ps(qt + (2 * i + 1) * RT + n * V) : _mm512_setzero_ps();
         _mm512_storeu_si512(qp + i * RT + n * V, interleave(x, y));
       }
-      _mm512_storeu_si512(qd + i * V, _mm512_permutexvar_epi32(dup_idx(), _mm512_loadu_si512(qp + i * RT)));
+      if (half) _mm512_storeu_si512(qd + i * V, _mm512_permutexvar_epi32(dup_idx(), _mm512_loadu_si512(qp + i * RT)));
     }
   }
 
@@ -152,7 +153,7 @@ struct Bf16Products {
   static void pack_block(const KeyBlock& b, int n, const AttnArgs& a) {
     const int hd = a.head_dim, vd = a.vd(), hp = pairs(hd);
     bool any_half = false, any_wide = false;
-    for (int tile = 0; tile < b.n_tiles; ++tile) (half_tile(b.tile_pos + tile * RT) ? any_half : any_wide) = true;
+    for (int tile = 0; tile < b.n_tiles; ++tile) (half_tile<V>(b.tile_pos + tile * RT) ? any_half : any_wide) = true;
     const int wide_keys = any_wide ? std::min(KB, (n + KS - 1) / KS * KS) : 0;
     const int half_keys = any_half ? std::min(KB, (n + 2 * KH - 1) / (2 * KH) * (2 * KH)) : 0;
     // What the loops read, in locals: the intrinsics' stores may alias anything, and through
@@ -270,7 +271,7 @@ struct Bf16Products {
   static void scores(const TileRows& t, const KeyBlock& b, int nk, const AttnArgs& a, float* s) {
     const F scale = _mm512_set1_ps(a.scale);
     const int hp = pairs(a.head_dim);
-    if (NV == 1 && half_tile(t.pos)) {
+    if (NV == 1 && half_tile<V>(t.pos)) {
       for (int j0 = 0; j0 < nk; j0 += 2 * KH) score_tile_half(t, hp, b, keys_by_pairs(b, a), b.kpos0, j0, scale, s);
       return;
     }
@@ -387,7 +388,7 @@ struct Bf16Products {
                      const AttnArgs& a, float* pp) {
     const int np = pairs(nk), vd = a.vd();
     int d = 0;
-    if (NV == 1 && half_tile(t.pos) && (d = values_half(ot, t, b, nk, alpha[0], s, a, pp + (KB / 2) * RT)) == vd)
+    if (NV == 1 && half_tile<V>(t.pos) && (d = values_half(ot, t, b, nk, alpha[0], s, a, pp + (KB / 2) * RT)) == vd)
       return;
     Masks m;
     __m512i pos[NV];

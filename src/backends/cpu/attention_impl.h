@@ -17,7 +17,7 @@
 // the cache's rows; attention_bf16_avx512.cpp: vdpbf16ps on bf16 pairs):
 //   q_floats(a), kv_floats(a), p_floats(a): scratch floats of its packed queries
 //     (per tile), packed keys and values (per block) and packed weights;
-//   pack_queries(qt, hd, qp): once per tile and item, from qt[d][RT];
+//   pack_queries(qt, hd, pos, qp): once per tile and item, from qt[d][RT] and the rows' positions;
 //   kReadsNarrow: whether it takes BF16 and F8_E4M3 caches' rows as they are
 //     (else they are widened to f32 first);
 //   pack_block(b, n, a): once per key block and item, into b.kvp from the rows
@@ -72,6 +72,14 @@ struct KeyBlock {
   } next;
 };
 
+// Whether a tile's rows all sit in its first V / 2 lanes (padding is a suffix of the tile's
+// lanes): a half tile, such as a decode token's GQA group. Tiled::block takes its exps two
+// keys at a time; the bf16 products put two keys or two value dims side by side.
+template <int V>
+inline bool half_tile(const int32_t* pos) {
+  return pos[V / 2] < 0;
+}
+
 // Prefetches the next block's next line (row by row, its key's lines then its value's).
 // Written out (not a lambda): GCC 12 dropped a lambda whose only statements were prefetches.
 __attribute__((always_inline)) inline void prefetch_step(const KeyBlock& b) {
@@ -99,7 +107,7 @@ struct F32Products {
   static int64_t q_floats(const AttnArgs&) { return 0; }
   static int64_t kv_floats(const AttnArgs&) { return 0; }
   static int64_t p_floats(const AttnArgs&) { return 0; }
-  static void pack_queries(const float*, int, float*) {}
+  static void pack_queries(const float*, int, const int32_t*, float*) {}
   // The next block's lines at once: spread over the FMA loops, they cost more than they gained
   // (BENCHMARKS.md, 2026-12-05 20:45).
   static void pack_block(const KeyBlock& b, int, const AttnArgs&) { prefetch_rest(b); }
@@ -217,7 +225,7 @@ struct Tiled {
       alpha[n] = S::exp(S::sub(m_old, m_use));
       F l = S::mul(S::load(ll + n * V), alpha[n]);
       int j = 0;
-      if (NV == 1 && t.pos[V / 2] < 0) {
+      if (NV == 1 && half_tile<V>(t.pos)) {
         // The rows fit the low half (a decode token's GQA group): two keys per exp, the
         // low half key j's, the high half key j + 1's. Lane for lane the same operations.
         const F mu = S::low_halves(m_use, m_use);
@@ -270,7 +278,7 @@ struct Tiled {
         const float* qr = c.q + (it.t0 + i) * int64_t(c.q_stride) + int64_t(h) * hd;
         for (int d = 0; d < hd; ++d) qt[d * RT + lane] = qr[d];
       }
-      P::pack_queries(qt, hd, scratch + L.qp + tile * up(P::q_floats(a)));
+      P::pack_queries(qt, hd, posl, scratch + L.qp + tile * up(P::q_floats(a)));
     }
     // Rows are in ascending position, so a tile's last real lane holds its largest.
     auto tile_max = [&](int tile) {
@@ -324,6 +332,7 @@ struct Tiled {
         k[j - kb] = kr, v[j - kb] = vr;
       });
     };
+    const int next_v_bytes = a.values_in_k ? 0 : int(vd * es);  // MLA: the values are in the keys' lines
     int cur = 0;
     if (in_place) block_rows(0, kp[0], vp[0]);
     for (int kb = 0; kb <= max_pos; kb += KB, cur ^= 1) {
@@ -332,7 +341,6 @@ struct Tiled {
       if (next_n) block_rows(kb + KB, kp[cur ^ 1], vp[cur ^ 1]);
       if (!in_place) block_rows(kb, kp[cur], vp[cur]);
       for (int j = ke - kb; j < KB + KS; ++j) kp[cur][j] = zero;  // a micro-tile's keys past the end
-      const int next_v_bytes = a.values_in_k ? 0 : int(vd * es);  // MLA: the values are in the keys' lines
       const KeyBlock b{kp[cur],  vp[cur], in_place ? kv.dtype : DType::F32, scratch + L.kvp, kb, posall, n_tiles,
                        {kp[cur ^ 1], vp[cur ^ 1], next_n, int(hd * es), next_v_bytes}};
       P::pack_block(b, ke - kb, a);
