@@ -17,6 +17,10 @@ void Backend::matmul(float* y, const float* x, const DevWeight& w, int64_t n_tok
   matmul_with_config(y, x, w, n_tokens, cfg);
 }
 
+void Backend::matmul_many(float* const* ys, const float* x, const DevWeight* const* ws, int n, int64_t n_tokens) {
+  for (int i = 0; i < n; ++i) matmul(ys[i], x, *ws[i], n_tokens);
+}
+
 void Backend::moe_pairs(float*, const float*, const int32_t*, const int32_t*, int64_t, const ExpertWeights&,
                         const float*, float*, int64_t) {
   fail("backend {}: expert parallelism runs on the CPU backend only for now", name());

@@ -168,6 +168,10 @@ class Backend {
   virtual void matmul(float* y, const float* x, const DevWeight& w, int64_t n_tokens);
   virtual void matmul_with_config(float* y, const float* x, const DevWeight& w, int64_t n_tokens,
                                   const KernelConfig& cfg) = 0;
+  // matmul(ys[i], x, *ws[i], n_tokens) for n weights that read the same x (q, k and v;
+  // gate and up), the same results in one call: the CPU prepares x once and joins its
+  // threads once (backends/cpu/matmul.h). Here: one matmul after another.
+  virtual void matmul_many(float* const* ys, const float* x, const DevWeight* const* ws, int n, int64_t n_tokens);
 
   // y[r] = x[r] / rms(x[r]) * w (w: f32 [dim]) over the first dim floats of
   // rows `stride` floats apart (x and y alike); y may equal x.

@@ -77,9 +77,9 @@ void GqaAttention::forward(ForwardCtx& ctx, int kv_layer, const float* x, float*
   float* q = ctx.arena.alloc(size_t(T) * qd);
   float* k = ctx.arena.alloc(size_t(T) * kvd);
   float* v = ctx.arena.alloc(size_t(T) * kvd);
-  b.matmul(q, x, d_.wq, T);
-  b.matmul(k, x, d_.wk, T);
-  b.matmul(v, x, d_.wv, T);
+  float* const qkv[] = {q, k, v};
+  const DevWeight* const w_qkv[] = {&d_.wq, &d_.wk, &d_.wv};
+  b.matmul_many(qkv, x, w_qkv, 3, T);
   if (d_.bq) {
     b.add_bias(q, d_.bq, T, qd);
     b.add_bias(k, d_.bk, T, kvd);
@@ -125,8 +125,9 @@ void SwigluMlp::forward(ForwardCtx& ctx, const float* x, float* out) const {
   const size_t mark = ctx.arena.mark();
   float* g = ctx.arena.alloc(size_t(T) * hidden_);
   float* u = ctx.arena.alloc(size_t(T) * hidden_);
-  ctx.b.matmul(g, x, d_gate_, T);
-  ctx.b.matmul(u, x, d_up_, T);
+  float* const gu[] = {g, u};
+  const DevWeight* const w_gu[] = {&d_gate_, &d_up_};
+  ctx.b.matmul_many(gu, x, w_gu, 2, T);
   ctx.b.silu_mul(g, g, u, int64_t(T) * hidden_);
   ctx.b.matmul(out, g, d_down_, T);
   ctx.arena.rewind(mark);

@@ -94,17 +94,20 @@ void MlaAttention::forward(ForwardCtx& ctx, int kv_layer, const float* x, float*
   const int T = ctx.n_tokens, nH = n_heads_, QH = P_ + R_, KW = Lkv_ + R_;
   DevArena& a = ctx.arena;
   float* q = a.alloc(size_t(T) * nH * QH);
+  // [c | k_pe] per token: c normalised, k_pe and q_pe rotated; the slot caches both.
+  float* ckv = a.alloc(size_t(T) * KW);
   if (q_rank_ > 0) {
     float* qa = a.alloc(size_t(T) * q_rank_);
-    b.matmul(qa, x, d_.q_a, T);
+    float* const ys[] = {qa, ckv};
+    const DevWeight* const ws[] = {&d_.q_a, &d_.kv_a};
+    b.matmul_many(ys, x, ws, 2, T);
     b.rmsnorm(qa, qa, d_.q_a_norm, T, q_rank_, eps_);
     b.matmul(q, qa, d_.q_b, T);
   } else {
-    b.matmul(q, x, d_.q_proj, T);
+    float* const ys[] = {q, ckv};
+    const DevWeight* const ws[] = {&d_.q_proj, &d_.kv_a};
+    b.matmul_many(ys, x, ws, 2, T);
   }
-  // [c | k_pe] per token: c normalised, k_pe and q_pe rotated; the slot caches both.
-  float* ckv = a.alloc(size_t(T) * KW);
-  b.matmul(ckv, x, d_.kv_a, T);
   b.rmsnorm_strided(ckv, ckv, d_.kv_a_norm, T, Lkv_, KW, eps_);
   b.rope(ckv + Lkv_, ctx.pos, T, 1, KW, R_, d_.rope);
   b.rope(q + P_, ctx.pos, T, nH, nH * QH, QH, d_.rope);

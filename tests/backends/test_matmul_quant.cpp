@@ -439,4 +439,53 @@ TEST(MatmulQuant, FloatConfigsBitwiseIdentical) {
     }
 }
 
+// matmul_many (q, k, v in one parallel region): each output is bitwise what matmul
+// writes for its weight alone, for every dtype, token count and thread count, and
+// weights that cannot go together (mixed dtypes) still give each its own product.
+TEST(MatmulMany, EachOutputIsItsMatmulBitwise) {
+  std::mt19937 rng(23);
+  const int64_t in = 160;
+  const int64_t outs[] = {72, 16, 40};
+  std::vector<float> wf[3];
+  std::vector<uint16_t> wb[3];
+  std::vector<MxWeights> wm;
+  std::vector<Fp8Weights> w8;
+  for (int i = 0; i < 3; ++i) {
+    wf[i] = mxtest::randn(size_t(outs[i] * in), rng);
+    for (float v : wf[i]) wb[i].push_back(f32_to_bf16(v));
+    wm.push_back(make_mx(outs[i], in, rng));
+    w8.push_back(make_fp8(outs[i], in, true, rng));
+  }
+  auto tensors = [&](DType dt, int i) {
+    if (dt == DType::F32) return Tensor(dt, {outs[i], in}, wf[i].data());
+    if (dt == DType::BF16) return Tensor(dt, {outs[i], in}, wb[i].data());
+    if (dt == DType::MXFP4) return wm[size_t(i)].tensor();
+    return w8[size_t(i)].tensor();
+  };
+  const std::vector<std::vector<DType>> sets = {{DType::F32, DType::F32, DType::F32},
+                                                {DType::BF16, DType::BF16, DType::BF16},
+                                                {DType::MXFP4, DType::MXFP4, DType::MXFP4},
+                                                {DType::F8_E4M3, DType::F8_E4M3, DType::F8_E4M3},
+                                                {DType::BF16, DType::MXFP4, DType::F32}};
+  for (const auto& set : sets)
+    for (int64_t n : {1, 3, 40})
+      for (ThreadPool* pool : {&pool1(), &pool2()}) {
+        const std::vector<float> x = mxtest::randn(size_t(n * in), rng);
+        Tensor t[3];
+        const Tensor* tp[3];
+        std::vector<float> y[3], ref[3];
+        float* ys[3];
+        for (int i = 0; i < 3; ++i) {
+          t[i] = tensors(set[size_t(i)], i), tp[i] = &t[i];
+          y[i].assign(size_t(n * outs[i]), -1.0f), ref[i].assign(size_t(n * outs[i]), -2.0f);
+          ys[i] = y[i].data();
+          matmul(ref[i].data(), x.data(), t[i], n, *pool);
+        }
+        matmul_many(ys, x.data(), tp, 3, n, *pool);
+        for (int i = 0; i < 3; ++i)
+          EXPECT_EQ(0, std::memcmp(y[i].data(), ref[i].data(), y[i].size() * 4))
+              << dtype_name(set[size_t(i)]) << " weight " << i << ", " << n << " tokens, " << pool->size() << " threads";
+      }
+}
+
 }  // namespace

@@ -61,6 +61,16 @@ class CpuBackend final : public Backend {
   void matmul(float* y, const float* x, const DevWeight& w, int64_t T) override {
     mx::matmul(y, x, view(w), T, pool_, act(w));
   }
+  void matmul_many(float* const* ys, const float* x, const DevWeight* const* ws, int n, int64_t T) override {
+    constexpr int kMax = 4;
+    bool together = n <= kMax;
+    for (int i = 0; i < n && together; ++i) together = act(*ws[i]) == Bf16Act::Auto;
+    if (!together) return Backend::matmul_many(ys, x, ws, n, T);
+    Tensor t[kMax];
+    const Tensor* tp[kMax];
+    for (int i = 0; i < n; ++i) t[i] = view(*ws[i]), tp[i] = &t[i];
+    mx::matmul_many(ys, x, tp, n, T, pool_);
+  }
   void matmul_with_config(float* y, const float* x, const DevWeight& w, int64_t T,
                           const KernelConfig& cfg) override {
     mx::matmul_with_config(best_isa(), cfg, y, x, view(w), T, pool_, act(w));
@@ -243,8 +253,10 @@ class CpuBackend final : public Backend {
     const int64_t H = gate.out;
     float* g = gu;
     float* u = gu + rows * H;
-    mx::matmul(g, x, view(gate), rows, pool_);
-    mx::matmul(u, x, view(up), rows, pool_);
+    const Tensor gt = view(gate), ut = view(up);
+    float* const ys[] = {g, u};
+    const Tensor* const ws[] = {&gt, &ut};
+    mx::matmul_many(ys, x, ws, 2, rows, pool_);  // x rounded or quantized once
     mx::silu_mul(g, g, u, rows * H);
     mx::matmul(out, g, view(down), rows, pool_);
   }

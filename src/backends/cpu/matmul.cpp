@@ -267,49 +267,82 @@ constexpr int64_t kMinParallelMacs = 1 << 15;
 
 }  // namespace
 
-void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w,
-                 int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg, bool bf16_act) {
+namespace {
+
+// One matmul made ready to run any rows [b, e): its kernels, arguments, tiles and the
+// split's grain. Holds the quantized activations a.qa points at, so it stays put.
+struct Prepared {
+  const DtypeKernels* dk = nullptr;
+  Args a{};
+  Plan p{};
+  QuantAct qa;
+  int64_t grain = 1;  // the thread split aligns to it
+  bool empty = true;  // nothing to compute (no tokens, no rows)
+
+  Prepared() = default;
+  Prepared(const Prepared&) = delete;
+  Prepared& operator=(const Prepared&) = delete;
+  void rows(int64_t b, int64_t e) const {
+    if (dk->rows) dk->rows(a, b, e);
+    else drive_rows(a, p, b, e);
+  }
+  int64_t macs() const { return a.out * a.in * a.n_tokens; }
+};
+
+// Checks w and prepares y = x W^T in r. The activations are rounded to bf16 or quantized
+// for MXFP4 here, unless `shared` holds them already for the same x, dtype and width
+// (matmul_many: q, k and v read one x).
+void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w, int64_t n_tokens,
+             ThreadPool& pool, const KernelConfig* cfg, bool bf16_act, const Prepared* shared) {
   MX_CHECK(w.ndim == 2, "matmul: weight must be 2-D, got {}", w.shape_str());
   MX_CHECK(n_tokens >= 0, "matmul: n_tokens = {}", n_tokens);
   const DtypeKernels* dk = dtype_kernels(k, w.dtype, bf16_act);
   MX_CHECK(dk && dk->ok(), "matmul: no kernel for {} weights", dtype_name(w.dtype));
-  Args a{y, x, w.data, n_tokens, w.shape[0], w.shape[1]};
+  Args& a = r.a;
+  a = Args{y, x, w.data, n_tokens, w.shape[0], w.shape[1]};
   if (w.dtype == DType::MXFP4) {
     MX_CHECK(a.in % 32 == 0, "matmul: MXFP4 weight {} has in = {}, not a multiple of 32",
              w.shape_str(), a.in);
     MX_CHECK(w.scales, "matmul: MXFP4 weight {} without scales", w.shape_str());
   }
-  if (n_tokens == 0 || a.out == 0) return;
+  r.dk = dk;
+  r.empty = n_tokens == 0 || a.out == 0;
+  if (r.empty) return;
   const KernelConfig& c = cfg ? *cfg : kernel_config("matmul", w.dtype, a.out, a.in, isa);
   a.scales = w.scales;
   a.prefetch = c.prefetch;
   a.x_row_bytes = a.in * 4;
-  QuantAct qa;
   if (w.dtype == DType::MXFP4) {
-    qa = quantize_activations(x, n_tokens, a.in, dk->mx_order, dk->mx_quant, pool);
-    a.qa = &qa;
-    a.x_row_bytes = qa.q_stride + qa.nbp * 8;
+    r.qa = shared ? shared->qa : quantize_activations(x, n_tokens, a.in, dk->mx_order, dk->mx_quant, pool);
+    a.qa = &r.qa;
+    a.x_row_bytes = r.qa.q_stride + r.qa.nbp * 8;
   }
   if (w.dtype == DType::F8_E4M3) a.scale_cols = (a.in + 127) / 128;
   if (dk->bf16_act) {
     a.xb_stride = (a.in + 31) / 32 * 32;
-    a.xb = bf16_activations(x, n_tokens, a.in, a.xb_stride, dk->bf16_act, pool);
+    a.xb = shared ? shared->a.xb : bf16_activations(x, n_tokens, a.in, a.xb_stride, dk->bf16_act, pool);
     a.x_row_bytes = a.xb_stride * 2;
   }
   a.chunk_bytes = int64_t(std::max(c.chunk_kib, 1)) << 10;
   a.rowblock_bytes = int64_t(std::max(c.rowblock_kib, 0)) << 10;
   a.w_row_bytes = w.dtype == DType::MXFP4 ? a.in / 2 + a.in / 32 : int64_t(dtype_bytes(w.dtype, a.in));
-  if (dk->rows) {
-    if (a.out * a.in * n_tokens < kMinParallelMacs) return dk->rows(a, 0, a.out);
-    return pool.parallel_for(a.out, [&](int64_t b, int64_t e) { dk->rows(a, b, e); });
-  }
-  const Plan p = make_plan(*dk, c);
-  if (a.out * a.in * n_tokens < kMinParallelMacs) return drive_rows(a, p, 0, a.out);
+  if (dk->rows) return;
+  r.p = make_plan(*dk, c);
   // Split by output row only, at tile boundaries; never inside a dot product. A
   // decode step's GEMV only needs its own tile's rows, which halves a small
   // matrix evenly (k / v 128 x 896: 64 + 64 rows, not 72 + 56).
-  const int64_t grain = streams(p, n_tokens) ? p.gemv->rows : p.row_block;
-  pool.parallel_for(a.out, [&](int64_t b, int64_t e) { drive_rows(a, p, b, e); }, grain);
+  r.grain = streams(r.p, n_tokens) ? r.p.gemv->rows : r.p.row_block;
+}
+
+}  // namespace
+
+void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w,
+                 int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg, bool bf16_act) {
+  Prepared r;
+  prepare(r, k, isa, y, x, w, n_tokens, pool, cfg, bf16_act, nullptr);
+  if (r.empty) return;
+  if (r.macs() < kMinParallelMacs) return r.rows(0, r.a.out);
+  pool.parallel_for(r.a.out, [&](int64_t b, int64_t e) { r.rows(b, e); }, r.grain);
 }
 
 }  // namespace matmul_detail
@@ -320,6 +353,39 @@ void matmul(float* y, const float* x, const Tensor& w, int64_t n_tokens, ThreadP
   static const Isa isa = best_isa();  // resolved once per process
   static const Kernels& k = kernels(isa);
   run_kernels(k, isa, y, x, w, n_tokens, pool, nullptr, act == Bf16Act::Auto && bf16_activations_setting());
+}
+
+void matmul_many(float* const* ys, const float* x, const Tensor* const* ws, int n, int64_t n_tokens,
+                 ThreadPool& pool) {
+  static const Isa isa = best_isa();
+  static const Kernels& k = kernels(isa);
+  const bool bf16_act = bf16_activations_setting();
+  constexpr int kMax = 4;
+  bool together = n <= kMax;
+  for (int i = 0; i < n && together; ++i)
+    together = ws[i]->ndim == 2 && ws[i]->dtype == ws[0]->dtype && ws[i]->shape[1] == ws[0]->shape[1];
+  if (!together) {
+    for (int i = 0; i < n; ++i) run_kernels(k, isa, ys[i], x, *ws[i], n_tokens, pool, nullptr, bf16_act);
+    return;
+  }
+  // Each weight's tiles (grains of rows) in one index space, dealt to the pool at once.
+  Prepared r[kMax];
+  const Prepared* shared = nullptr;
+  int64_t first_unit[kMax + 1] = {0}, macs = 0;
+  for (int i = 0; i < n; ++i) {
+    prepare(r[i], k, isa, ys[i], x, *ws[i], n_tokens, pool, nullptr, bf16_act, shared);
+    if (!r[i].empty && !shared) shared = &r[i];
+    first_unit[i + 1] = first_unit[i] + (r[i].empty ? 0 : (r[i].a.out + r[i].grain - 1) / r[i].grain);
+    macs += r[i].empty ? 0 : r[i].macs();
+  }
+  auto units = [&](int64_t b, int64_t e) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t lo = std::max(b, first_unit[i]), hi = std::min(e, first_unit[i + 1]);
+      if (lo < hi) r[i].rows((lo - first_unit[i]) * r[i].grain, std::min(r[i].a.out, (hi - first_unit[i]) * r[i].grain));
+    }
+  };
+  if (macs < kMinParallelMacs) return units(0, first_unit[n]);
+  pool.parallel_for(first_unit[n], units);
 }
 
 void matmul_isa(Isa isa, float* y, const float* x, const Tensor& w, int64_t n_tokens,

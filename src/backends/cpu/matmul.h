@@ -38,7 +38,15 @@ enum class Bf16Act { Auto, F32 };
 void matmul(float* y, const float* x, const Tensor& w, int64_t n_tokens, ThreadPool& pool,
             Bf16Act act = Bf16Act::Auto);
 
-// Same, forcing an ISA (tests and benchmarks compare paths). Throws if the ISA
+// y_i = x W_i^T for n weights that read the same activations (q, k and v; gate and up):
+// each ys[i] is bitwise what matmul(ys[i], x, *ws[i], n_tokens, pool) writes, in one
+// parallel region: the activations are rounded or quantized once, and the pool joins
+// once where three matmuls joined three times (a decode step's small q / k / v GEMVs
+// paid a join each). Weights of different dtypes or widths, or more than 4, go one by one.
+void matmul_many(float* const* ys, const float* x, const Tensor* const* ws, int n, int64_t n_tokens,
+                 ThreadPool& pool);
+
+// Same as matmul, forcing an ISA (tests and benchmarks compare paths). Throws if the ISA
 // is not supported by this CPU or has no kernel for w.dtype.
 void matmul_isa(Isa isa, float* y, const float* x, const Tensor& w, int64_t n_tokens,
                 ThreadPool& pool);
