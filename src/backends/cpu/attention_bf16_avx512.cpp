@@ -167,10 +167,10 @@ struct Bf16Products {
       for (int d = 0; d < hd; d += 32) {
         const __mmask16 lo = first_n(hd - d), hi = first_n(hd - d - 16), out = first_n(pairs(hd - d));
         for (int j = 0; j < std::max(wide_keys, half_keys); ++j) {
-          const DType t = j < n ? dt : DType::F32;  // the zero row is f32
+          const DType rt = j < n ? dt : DType::F32;  // the zero row is f32
           _mm512_mask_storeu_epi32(kvp + int64_t(j) * hp + d / 2, out,
-                                   reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(row_f32(kp[j], t, d + 16, hi),
-                                                                                 row_f32(kp[j], t, d, lo))));
+                                   reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(row_f32(kp[j], rt, d + 16, hi),
+                                                                                 row_f32(kp[j], rt, d, lo))));
         }
       }
     if (half_keys) {
@@ -323,8 +323,8 @@ struct Bf16Products {
   }
   // A half tile's dims [d0, d0 + 2 ND2): dim d0 + 2dd + e of row r in lane 2r + e, the
   // weights pd and the masks duplicated to both lanes of a row.
-  static void value_tile_half(const KeyBlock& b, float* ot, int d0, const float* vpk, int vd, int np, const M* whole, int n_first,
-                              const int* first_pair, const M* first, const float* pd, F alpha) {
+  static void value_tile_half(const KeyBlock& b, float* ot, int d0, const float* vpk, int vd, int np, const M* whole,
+                              int n_first, const int* first_pair, const M* first, const float* pd, F alpha) {
     const __m512i lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     F acc[ND2];
     for (int dd = 0; dd < ND2; ++dd)
@@ -379,7 +379,8 @@ struct Bf16Products {
     }
     const F alpha2 = _mm512_permutexvar_ps(dup_idx(), alpha);
     const float* vals = values_packed(b, a);
-    for (int d = 0; d < done; d += 2 * ND2) value_tile_half(b, ot, d, vals, vd, np, whole, n_first, first_pair, first, pd, alpha2);
+    for (int d = 0; d < done; d += 2 * ND2)
+      value_tile_half(b, ot, d, vals, vd, np, whole, n_first, first_pair, first, pd, alpha2);
     return done;
   }
 

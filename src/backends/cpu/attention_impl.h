@@ -22,7 +22,9 @@
 //     (else they are widened to f32 first);
 //   pack_block(b, n, a): once per key block and item, into b.kvp from the rows
 //     b.kp[j], b.vp[j] (j < n) of the block's keys and values;
-//   and prefetches the next block's lines (KeyBlock::Next);
+//   prefetch_step(b) (a line of the next block, KeyBlock::Next) where it computes:
+//     F32Products calls prefetch_rest(b) in pack_block, Bf16Products once per
+//     iteration of its products' loops; Tiled prefetches what is left after the block;
 //   scores<NV>(t, b, nk, a, s): s[j][RT] for the block's keys j < nk, -inf where
 //     a row's position is below the key's;
 //   values<NV>(ot, t, b, nk, alpha, s, a, pp): o = o * alpha + P.V over keys j < nk;
@@ -62,8 +64,9 @@ struct KeyBlock {
   // loops (prefetch_step), the rest once the block is done (prefetch_rest). A long
   // context's cache comes from DRAM, and the core can only have so many misses in
   // flight: prefetched in one burst, the lines stalled it at the prefetches and
-  // then left the memory idle while the block computed (BENCHMARKS.md, 2026-12-05
-  // 20:40: one thread, ctx 16384 from DRAM, 7.2 -> 9.6 GB/s once spread).
+  // then left the memory idle while the block computed (BENCHMARKS.md, "Decode
+  // attention: what the kernel spent its time on": one thread, ctx 16384 from
+  // DRAM, 6.3 -> 8.8 GB/s with this and the other changes of that section).
   struct Next {
     const void* const* kp;
     const void* const* vp;
@@ -109,7 +112,7 @@ struct F32Products {
   static int64_t p_floats(const AttnArgs&) { return 0; }
   static void pack_queries(const float*, int, const int32_t*, float*) {}
   // The next block's lines at once: spread over the FMA loops, they cost more than they gained
-  // (BENCHMARKS.md, 2026-12-05 20:45).
+  // (BENCHMARKS.md, "Decode attention: what the kernel spent its time on").
   static void pack_block(const KeyBlock& b, int, const AttnArgs&) { prefetch_rest(b); }
 
   // Keys [j0, j0 + KS): s[j] = (fma chain over d) * scale, -inf where the row's position is below the key's;

@@ -62,7 +62,7 @@ class CpuBackend final : public Backend {
     mx::matmul(y, x, view(w), T, pool_, act(w));
   }
   void matmul_many(float* const* ys, const float* x, const DevWeight* const* ws, int n, int64_t T) override {
-    constexpr int kMax = 4;
+    constexpr int kMax = kMatmulManyMax;
     bool together = n <= kMax;
     for (int i = 0; i < n && together; ++i) together = act(*ws[i]) == Bf16Act::Auto;
     if (!together) return Backend::matmul_many(ys, x, ws, n, T);

@@ -360,7 +360,7 @@ void matmul_many(float* const* ys, const float* x, const Tensor* const* ws, int 
   static const Isa isa = best_isa();
   static const Kernels& k = kernels(isa);
   const bool bf16_act = bf16_activations_setting();
-  constexpr int kMax = 4;
+  constexpr int kMax = kMatmulManyMax;
   bool together = n <= kMax;
   for (int i = 0; i < n && together; ++i)
     together = ws[i]->ndim == 2 && ws[i]->dtype == ws[0]->dtype && ws[i]->shape[1] == ws[0]->shape[1];
@@ -381,7 +381,8 @@ void matmul_many(float* const* ys, const float* x, const Tensor* const* ws, int 
   auto units = [&](int64_t b, int64_t e) {
     for (int i = 0; i < n; ++i) {
       const int64_t lo = std::max(b, first_unit[i]), hi = std::min(e, first_unit[i + 1]);
-      if (lo < hi) r[i].rows((lo - first_unit[i]) * r[i].grain, std::min(r[i].a.out, (hi - first_unit[i]) * r[i].grain));
+      if (lo < hi)
+        r[i].rows((lo - first_unit[i]) * r[i].grain, std::min(r[i].a.out, (hi - first_unit[i]) * r[i].grain));
     }
   };
   if (macs < kMinParallelMacs) return units(0, first_unit[n]);

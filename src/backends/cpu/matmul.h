@@ -42,7 +42,9 @@ void matmul(float* y, const float* x, const Tensor& w, int64_t n_tokens, ThreadP
 // each ys[i] is bitwise what matmul(ys[i], x, *ws[i], n_tokens, pool) writes, in one
 // parallel region: the activations are rounded or quantized once, and the pool joins
 // once where three matmuls joined three times (a decode step's small q / k / v GEMVs
-// paid a join each). Weights of different dtypes or widths, or more than 4, go one by one.
+// paid a join each). Weights of different dtypes or widths, or more than kMatmulManyMax,
+// go one by one.
+constexpr int kMatmulManyMax = 4;
 void matmul_many(float* const* ys, const float* x, const Tensor* const* ws, int n, int64_t n_tokens,
                  ThreadPool& pool);
 
