@@ -193,8 +193,9 @@ void for_each_row(int64_t n, int64_t in, ThreadPool& pool, F&& row) {
   else rows(0, n);
 }
 
-QuantAct quantize_activations(const float* x, int64_t n, int64_t in, const uint8_t* order,
-                              MxQuantRowFn quant, ThreadPool& pool) {
+QuantAct quantize_activations(const float* x, int64_t n, int64_t in, const DtypeKernels& dk, ThreadPool& pool) {
+  MxQuantRowFn quant = dk.mx_quant;
+  const uint8_t* order = dk.mx_order;
   if (!quant) quant = quantize_row_mx;
   static const uint8_t kNatural[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   if (!order) order = kNatural;
@@ -202,15 +203,19 @@ QuantAct quantize_activations(const float* x, int64_t n, int64_t in, const uint8
   qa.nbp = (in / 32 + 15) / 16 * 16;
   qa.q_stride = qa.nbp * 32;
   const size_t qb = align64(size_t(n * qa.q_stride)), sb = align64(size_t(n * qa.nbp) * 4);
-  char* p = static_cast<char*>(t_act.get(qb + 2 * sb + 64));
+  const bool regroup = dk.mx_regroup && n > 1;
+  char* p = static_cast<char*>(t_act.get(qb * (regroup ? 2 : 1) + 2 * sb + 64));
   int8_t* q = reinterpret_cast<int8_t*>(p);
   float* s = reinterpret_cast<float*>(p + qb);
   int32_t* sum = reinterpret_cast<int32_t*>(p + qb + sb);
+  int8_t* qg = regroup ? reinterpret_cast<int8_t*>(p + qb + 2 * sb) : nullptr;
   uint8_t inv_order[16];
   for (int i = 0; i < 16; ++i) inv_order[order[i]] = uint8_t(i);
   for_each_row(n, in, pool, [&](int64_t t) {
     quant(x + t * in, in, qa.nbp, inv_order, q + t * qa.q_stride, s + t * qa.nbp, sum + t * qa.nbp);
+    if (qg) dk.mx_regroup(q + t * qa.q_stride, qa.nbp, qg + t * qa.q_stride);
   });
+  qa.qg = qg;
   qa.q = q;
   qa.s = s;
   qa.sum12 = sum;
@@ -313,7 +318,7 @@ void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, c
   a.prefetch = c.prefetch;
   a.x_row_bytes = a.in * 4;
   if (w.dtype == DType::MXFP4) {
-    r.qa = shared ? shared->qa : quantize_activations(x, n_tokens, a.in, dk->mx_order, dk->mx_quant, pool);
+    r.qa = shared ? shared->qa : quantize_activations(x, n_tokens, a.in, *dk, pool);
     a.qa = &r.qa;
     a.x_row_bytes = r.qa.q_stride + r.qa.nbp * 8;
   }
@@ -336,13 +341,30 @@ void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, c
 
 }  // namespace
 
+// Runs n prepared matmuls: each one's tiles (grains of rows) in one index space,
+// dealt to the pool at once, or on this thread when all together are too small to split.
+void run_prepared(const Prepared* r, int n, ThreadPool& pool) {
+  int64_t first_unit[kMatmulManyMax + 1] = {0}, macs = 0;
+  for (int i = 0; i < n; ++i) {
+    first_unit[i + 1] = first_unit[i] + (r[i].empty ? 0 : (r[i].a.out + r[i].grain - 1) / r[i].grain);
+    macs += r[i].empty ? 0 : r[i].macs();
+  }
+  auto units = [&](int64_t b, int64_t e) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t lo = std::max(b, first_unit[i]), hi = std::min(e, first_unit[i + 1]);
+      if (lo < hi)
+        r[i].rows((lo - first_unit[i]) * r[i].grain, std::min(r[i].a.out, (hi - first_unit[i]) * r[i].grain));
+    }
+  };
+  if (macs < kMinParallelMacs) return units(0, first_unit[n]);
+  pool.parallel_for(first_unit[n], units);
+}
+
 void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w,
                  int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg, bool bf16_act) {
   Prepared r;
   prepare(r, k, isa, y, x, w, n_tokens, pool, cfg, bf16_act, nullptr);
-  if (r.empty) return;
-  if (r.macs() < kMinParallelMacs) return r.rows(0, r.a.out);
-  pool.parallel_for(r.a.out, [&](int64_t b, int64_t e) { r.rows(b, e); }, r.grain);
+  run_prepared(&r, 1, pool);
 }
 
 }  // namespace matmul_detail
@@ -368,25 +390,13 @@ void matmul_many(float* const* ys, const float* x, const Tensor* const* ws, int 
     for (int i = 0; i < n; ++i) run_kernels(k, isa, ys[i], x, *ws[i], n_tokens, pool, nullptr, bf16_act);
     return;
   }
-  // Each weight's tiles (grains of rows) in one index space, dealt to the pool at once.
   Prepared r[kMax];
   const Prepared* shared = nullptr;
-  int64_t first_unit[kMax + 1] = {0}, macs = 0;
   for (int i = 0; i < n; ++i) {
     prepare(r[i], k, isa, ys[i], x, *ws[i], n_tokens, pool, nullptr, bf16_act, shared);
     if (!r[i].empty && !shared) shared = &r[i];
-    first_unit[i + 1] = first_unit[i] + (r[i].empty ? 0 : (r[i].a.out + r[i].grain - 1) / r[i].grain);
-    macs += r[i].empty ? 0 : r[i].macs();
   }
-  auto units = [&](int64_t b, int64_t e) {
-    for (int i = 0; i < n; ++i) {
-      const int64_t lo = std::max(b, first_unit[i]), hi = std::min(e, first_unit[i + 1]);
-      if (lo < hi)
-        r[i].rows((lo - first_unit[i]) * r[i].grain, std::min(r[i].a.out, (hi - first_unit[i]) * r[i].grain));
-    }
-  };
-  if (macs < kMinParallelMacs) return units(0, first_unit[n]);
-  pool.parallel_for(first_unit[n], units);
+  run_prepared(r, n, pool);
 }
 
 void matmul_isa(Isa isa, float* y, const float* x, const Tensor& w, int64_t n_tokens,
@@ -416,11 +426,12 @@ std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   // Only the AVX-512 GEMV tiles prefetch in software.
   const std::vector<int> pfs = isa == Isa::Avx512 ? std::vector<int>{1024, 0, 512, 2048} : std::vector<int>{0};
   // GEMM blocking {chunk_kib, rowblock_kib}: activations in L2 with every row streaming
-  // past, or an L1-sized chunk against L2-sized row blocks. The int8 MXFP4 tiles read
-  // each token's activations once per 16-block group per row, so they default to the
-  // second (measured up to 1.4x on 64-token GEMMs here); the float tiles to the first.
+  // past, or an L1-sized chunk against L2-sized row blocks. The AVX-512 MXFP4 GEMM
+  // unpacks a tile's rows once per chunk of tokens, so it defaults to an L2-sized chunk
+  // against L2-sized row blocks (an L1-sized one is 4 tokens of 4864-wide rows);
+  // the float tiles to the first.
   std::vector<std::pair<int, int>> blk = {{256, 0}, {32, 512}};
-  if (dtype == DType::MXFP4) blk = {{32, 256}, {256, 0}};
+  if (dtype == DType::MXFP4) blk = {{256, 256}, {32, 256}, {256, 0}};
   for (int pf : pfs)
     for (const Gemv& g : dk->gemv)
       for (const Gemm& m : dk->gemm)

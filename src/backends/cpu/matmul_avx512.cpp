@@ -449,12 +449,145 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
   store_hsums(a.y + t0 * a.out + r0, a.out, acc);
 }
 
-struct Tiles {
-  template <int TT, int R>
-  static void tile(const Args& a, int64_t t0, int64_t r0) {
-    mx4::tile<TT, R, false>(a, t0, r0);
+// --- GEMM: rows unpacked once per chunk, regrouped ---
+// group_step spends 9 shuffles and adds per token and row on the 4 -> 1 lane
+// reduction, as many vector operations as its 8 vpdpbusd, and a tile unpacks its
+// rows' nibbles again for every TT tokens. The GEMM instead unpacks a tile's R rows
+// once per chunk of tokens (prep, into a per-thread buffer, with load_group's
+// operations) and regroups them so that int32 lane 4k + j of every vector holds 4
+// bytes of block 4j + k (kOrder); the activations are regrouped the same way once
+// per call (regroup_row, QuantAct::qg). The 8 vpdpbusd of a token and row then
+// leave each block's sum whole in its lane, and the tiles hold TT x R sums in
+// registers while the weights and activations stream from L1. d_b is an exact
+// integer either way, so every output keeps its bits (matmul_impl.h).
+
+// x[j]'s 128-bit lane k belongs to block 4j + k; out[i] takes int32 i of each:
+// lane 4k + j of out[i] = int32 4k + i of x[j] (a 4 x 4 transpose per 128-bit lane).
+MX_INLINE void regroup4(const __m512i* x, __m512i* out) {
+  const __m512i a0 = _mm512_unpacklo_epi32(x[0], x[1]), a1 = _mm512_unpackhi_epi32(x[0], x[1]);
+  const __m512i a2 = _mm512_unpacklo_epi32(x[2], x[3]), a3 = _mm512_unpackhi_epi32(x[2], x[3]);
+  out[0] = _mm512_unpacklo_epi64(a0, a2);
+  out[1] = _mm512_unpackhi_epi64(a0, a2);
+  out[2] = _mm512_unpacklo_epi64(a1, a3);
+  out[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+
+// One token row of q: group G's vector 4h + i (64 bytes at G * 512 + 64 (4h + i)) is
+// regroup4 of the evens (h = 0) or odds (h = 1) of the group's 4 loads.
+void regroup_row(const int8_t* q, int64_t nbp, int8_t* qg) {
+  for (int64_t G = 0; G < nbp / 16; ++G) {
+    const int8_t* src = q + G * 512;
+    for (int h = 0; h < 2; ++h) {
+      __m512i x[4], out[4];
+      for (int j = 0; j < 4; ++j) x[j] = _mm512_loadu_si512(src + 128 * j + 64 * h);
+      regroup4(x, out);
+      for (int i = 0; i < 4; ++i) _mm512_storeu_si512(qg + G * 512 + 64 * (4 * h + i), out[i]);
+    }
   }
+}
+
+namespace gemm {
+
+// The prepared rows of the tile this thread computes: group G of row r is 8 vectors
+// of u8 weights at w + (G * R + r) * 512 bytes, its 16 block scales (kOrder) at
+// ws + (G * R + r) * 16. Groups past the row's blocks (the last group's tail) are 0.
+struct Rows {
+  Buffer buf;
+  uint8_t* w = nullptr;
+  float* ws = nullptr;
 };
+thread_local Rows t_rows;
+
+template <int R>
+void prep(const Args& a, int64_t, int64_t r0) {
+  const int64_t nb = a.in / 32, groups = (nb + 15) / 16, rb = a.in / 2;
+  const size_t wbytes = size_t(groups * R) * 512, bytes = wbytes + size_t(groups * R) * 64;
+  if (t_rows.buf.size() < bytes) t_rows.buf = Buffer(std::max(bytes, t_rows.buf.size() * 3 / 2));
+  t_rows.w = static_cast<uint8_t*>(t_rows.buf.data());
+  t_rows.ws = reinterpret_cast<float*>(t_rows.w + wbytes);
+  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
+  const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
+  auto group = [&](int64_t G, int r, auto tail_tag) __attribute__((always_inline)) {
+    Group g;
+    load_group<decltype(tail_tag)::value>(w + r * rb + G * 256, sc + r * nb + G * 16, int(nb % 16), g);
+    __m512i v[8];
+    regroup4(g.lo, v);
+    regroup4(g.hi, v + 4);
+    uint8_t* dst = t_rows.w + (G * R + r) * 512;
+    for (int m = 0; m < 8; ++m) _mm512_storeu_si512(dst + 64 * m, v[m]);
+    _mm512_storeu_ps(t_rows.ws + (G * R + r) * 16, g.ws);
+  };
+  for (int r = 0; r < R; ++r) {
+    int64_t G = 0;
+    for (; G < nb / 16; ++G) group(G, r, std::false_type{});
+    if (G < groups) group(G, r, std::true_type{});
+  }
+}
+
+// y[t0 .. t0+TT, r0 .. r0+R) from the rows prep made on this thread.
+template <int TT, int R>
+void tile(const Args& a, int64_t t0, int64_t r0) {
+  const QuantAct& qa = *a.qa;
+  const int64_t groups = qa.nbp / 16;
+  const int8_t* xq = qa.qg + t0 * qa.q_stride;
+  const float* xs = qa.s + t0 * qa.nbp;
+  const int32_t* xsum = qa.sum12 + t0 * qa.nbp;
+  __m512 acc[TT][R];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
+  for (int64_t G = 0; G < groups; ++G) {
+    const uint8_t* wg = t_rows.w + G * R * 512;
+    const int8_t* xg = xq + G * 512;
+    __m512i d[TT][R];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) d[t][r] = _mm512_setzero_si512();
+    // Each sum takes its 8 vpdpbusd TT x R instructions apart (the latency hidden).
+#pragma GCC unroll 8
+    for (int m = 0; m < 8; ++m) {
+      __m512i wv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(wg + r * 512 + 64 * m);
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t) {
+        const __m512i x = _mm512_loadu_si512(xg + t * qa.q_stride + 64 * m);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) d[t][r] = _mm512_dpbusd_epi32(d[t][r], wv[r], x);
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) {
+      const __m512i sum12 = _mm512_loadu_si512(xsum + t * qa.nbp + G * 16);
+      const __m512 s = _mm512_loadu_ps(xs + t * qa.nbp + G * 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 ws = _mm512_loadu_ps(t_rows.ws + (G * R + r) * 16);
+        acc[t][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(d[t][r], sum12)), ws), s,
+                                    acc[t][r]);
+      }
+    }
+  }
+  const __m512i unperm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kOrder)));
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_permutexvar_ps(unperm, acc[t][r]);
+  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
+}
+
+// full / tok1 read the rows prep made just before (drive_rows calls prep, then them,
+// for each block of R rows); row1 / one, for rows left over by the tile shape, read
+// the packed weights as the GEMV does.
+template <int TT, int R>
+constexpr Gemm of() {
+  return {.tokens = TT, .rows = R, .full = tile<TT, R>, .tok1 = tile<1, R>, .row1 = mx4::tile<TT, 1, false>,
+          .one = mx4::tile<1, 1, false>, .prep = prep<R>};
+}
+
+}  // namespace gemm
 
 // The activation quantizer of matmul.cpp (quantize_row_mx), 16 lanes wide: the
 // same max (exact), divisions, products and round-to-nearest-even conversions.
@@ -497,14 +630,14 @@ void quantize_row(const float* x, int64_t in, int64_t nbp, const uint8_t* inv_or
   }
 }
 
-// GEMM: the R rows' unpacked groups (9 zmm each) stay in registers across TT tokens.
+// GEMM: TT x R sums in registers (gemm::tile; 4 x 3 the default: 24 zmm of sums).
 // Small batches: sub-tiles of 2 rows (9 zmm of unpacked weights per row + TT x 2
 // accumulators), 1 row for 8 tokens (unpacking once for all 8 is what counts here).
 constexpr Gemv kGemv[] = {{8, tile<1, 8, true>, in_subtiles<tile<2, 2, true>, 2, 8>, in_subtiles<tile<4, 2, true>, 2, 8>,
                            in_subtiles<tile<8, 1, true>, 1, 8>},
                           {4, tile<1, 4, true>, in_subtiles<tile<2, 2, true>, 2, 4>, in_subtiles<tile<4, 2, true>, 2, 4>,
                            in_subtiles<tile<8, 1, true>, 1, 4>}};
-constexpr Gemm kGemm[] = {gemm_of<Tiles, 4, 2>(), gemm_of<Tiles, 8, 1>(), gemm_of<Tiles, 8, 2>(), gemm_of<Tiles, 4, 1>()};
+constexpr Gemm kGemm[] = {gemm::of<4, 3>(), gemm::of<4, 2>(), gemm::of<6, 2>(), gemm::of<8, 1>()};
 
 }  // namespace mx4
 
@@ -519,7 +652,8 @@ Kernels avx512_kernels() {
     k.fp8_dot = avx512_fp8dot_kernels();
   }
   k.fp8 = {nullptr, fp8::kGemv, fp8::kGemm};
-  if (cpu_features().avx512vnni) k.mxfp4 = {nullptr, mx4::kGemv, mx4::kGemm, mx4::kOrder, mx4::quantize_row};
+  if (cpu_features().avx512vnni)
+    k.mxfp4 = {nullptr, mx4::kGemv, mx4::kGemm, mx4::kOrder, mx4::quantize_row, mx4::regroup_row};
   else k.mxfp4 = avx2_kernels(cpu_features().avx_vnni).mxfp4;
   return k;
 }

@@ -90,6 +90,9 @@ struct QuantAct {
   const int32_t* sum12 = nullptr;  // [n_tokens][nbp]
   int64_t nbp = 0;             // blocks per row, padded to a multiple of 16
   int64_t q_stride = 0;        // bytes per token row of q (nbp * 32)
+  // q regrouped for the GEMM tiles of kernels that have DtypeKernels::mx_regroup
+  // (same stride); made for calls of more than one token, else null.
+  const int8_t* qg = nullptr;
 };
 
 struct Args {
@@ -152,6 +155,8 @@ struct Gemm {
 // version performs the same IEEE operations (matmul_impl.h), so the same bits.
 using MxQuantRowFn = void (*)(const float* x, int64_t in, int64_t nbp, const uint8_t* inv_order,
                               int8_t* q, float* s, int32_t* sum12);
+// Rewrites one token row of q (QuantAct) in a kernel's GEMM layout (QuantAct::qg).
+using MxRegroupFn = void (*)(const int8_t* q, int64_t nbp, int8_t* qg);
 // Rounds one token row of activations to bf16 into dst[stride] (zero-padded past in).
 using Bf16RowFn = void (*)(const float* x, int64_t in, int64_t stride, uint16_t* dst);
 
@@ -166,6 +171,7 @@ struct DtypeKernels {
   // natural order); the activation quantizer stores s and sum12 in this order.
   const uint8_t* mx_order = nullptr;
   MxQuantRowFn mx_quant = nullptr;  // MXFP4 only; null: the portable (SSE2) quantizer
+  MxRegroupFn mx_regroup = nullptr;  // MXFP4 only; null: the GEMM tiles read q
   // BF16 and F8_E4M3 on the bf16-dot kernels: they read bf16 activations (Args::xb),
   // made by this per row.
   Bf16RowFn bf16_act = nullptr;
