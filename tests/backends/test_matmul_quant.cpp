@@ -200,8 +200,9 @@ TEST(MatmulQuant, Mxfp4ActivationQuantizationErrorIsSmall) {
 }
 
 // Row t of an n-token matmul equals, bit for bit, the 1-token matmul of row t, a
-// shorter batch containing it, the same call on another thread count, and the same
-// call under every kernel config (tile shape) the ISA implements.
+// shorter batch containing it (5 and 8 tokens take the 4- and 8-token GEMV tiles),
+// the same call on another thread count, and the same call under every kernel
+// config (tile shape) the ISA implements.
 TEST(MatmulQuant, Mxfp4BatchInvariantBitwise) {
   std::mt19937 rng(3);
   struct Shape { int64_t out, in, n; };
@@ -220,7 +221,7 @@ TEST(MatmulQuant, Mxfp4BatchInvariantBitwise) {
         EXPECT_EQ(0, std::memcmp(one.data(), full2.data() + t * s.out, one.size() * 4))
             << what << " row " << t << " (1 token vs batch)";
       }
-      for (int64_t m : {int64_t(5), s.n / 2 + 1}) {
+      for (int64_t m : {int64_t(5), int64_t(8), s.n / 2 + 1}) {
         std::vector<float> x2 = mxtest::randn(size_t(m * s.in), rng), part(size_t(m * s.out));
         std::memcpy(x2.data(), x.data() + s.in, size_t(s.in) * 4);
         run_path(p, part.data(), x2.data(), wt, m, pool1());

@@ -398,6 +398,96 @@ MX_INLINE __m512 group_step(__m512 acc, const Group& g, const int8_t* xq, const 
   return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), g.ws), _mm512_loadu_ps(xs), acc);
 }
 
+// Regrouping (the GEMM, and the GEMV tiles of 4 and 8 tokens): group_step spends 9
+// shuffles and adds per token and row on the 4 -> 1 lane reduction, as many vector
+// operations as its 8 vpdpbusd. Regrouped, int32 lane 4k + j of every weight vector
+// holds 4 bytes of block 4j + k (kOrder), and the activations are regrouped the same
+// way once per call (regroup_row, QuantAct::qg), so the 8 vpdpbusd of a token and
+// row leave each block's sum whole in its lane, for 16 shuffles per row and group.
+// d_b is an exact integer either way, so every output keeps its bits (matmul_impl.h).
+
+// x[j]'s 128-bit lane k belongs to block 4j + k; out[i] takes int32 i of each:
+// lane 4k + j of out[i] = int32 4k + i of x[j] (a 4 x 4 transpose per 128-bit lane).
+MX_INLINE void regroup4(const __m512i* x, __m512i* out) {
+  const __m512i a0 = _mm512_unpacklo_epi32(x[0], x[1]), a1 = _mm512_unpackhi_epi32(x[0], x[1]);
+  const __m512i a2 = _mm512_unpacklo_epi32(x[2], x[3]), a3 = _mm512_unpackhi_epi32(x[2], x[3]);
+  out[0] = _mm512_unpacklo_epi64(a0, a2);
+  out[1] = _mm512_unpackhi_epi64(a0, a2);
+  out[2] = _mm512_unpacklo_epi64(a1, a3);
+  out[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+
+// One token row of q: group G's vector 4h + i (64 bytes at G * 512 + 64 (4h + i)) is
+// regroup4 of the evens (h = 0) or odds (h = 1) of the group's 4 loads.
+void regroup_row(const int8_t* q, int64_t nbp, int8_t* qg) {
+  for (int64_t G = 0; G < nbp / 16; ++G) {
+    const int8_t* src = q + G * 512;
+    for (int h = 0; h < 2; ++h) {
+      __m512i x[4], out[4];
+      for (int j = 0; j < 4; ++j) x[j] = _mm512_loadu_si512(src + 128 * j + 64 * h);
+      regroup4(x, out);
+      for (int i = 0; i < 4; ++i) _mm512_storeu_si512(qg + G * 512 + 64 * (4 * h + i), out[i]);
+    }
+  }
+}
+
+// A row's unpacked group, regrouped: 8 vectors at w (512 bytes), its scales at ws.
+MX_INLINE void store_regrouped(const Group& g, uint8_t* w, float* ws) {
+  __m512i v[8];
+  regroup4(g.lo, v);
+  regroup4(g.hi, v + 4);
+#pragma GCC unroll 8
+  for (int m = 0; m < 8; ++m) _mm512_storeu_si512(w + 64 * m, v[m]);
+  _mm512_storeu_ps(ws, g.ws);
+}
+
+// acc[t][r] += one group for TT tokens and R rows: row r's regrouped vectors at
+// w + 512 r, its scales at ws + 16 r; token t's regrouped activations at
+// xg + t * stride, its s and sum12 at xs / xsum + t * nbp. Each sum's 8 vpdpbusd lie
+// TT x R instructions apart, which hides their latency.
+template <int TT, int R>
+MX_INLINE void regrouped_step(__m512 (&acc)[TT][R], const uint8_t* w, const float* ws, const int8_t* xg,
+                              int64_t stride, const float* xs, const int32_t* xsum, int64_t nbp) {
+  __m512i d[TT][R];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) d[t][r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int m = 0; m < 8; ++m) {
+    __m512i wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(w + r * 512 + 64 * m);
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) {
+      const __m512i x = _mm512_loadu_si512(xg + t * stride + 64 * m);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) d[t][r] = _mm512_dpbusd_epi32(d[t][r], wv[r], x);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t) {
+    const __m512i sum12 = _mm512_loadu_si512(xsum + t * nbp);
+    const __m512 s = _mm512_loadu_ps(xs + t * nbp);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      acc[t][r] = _mm512_fmadd_ps(
+          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(d[t][r], sum12)), _mm512_loadu_ps(ws + 16 * r)), s,
+          acc[t][r]);
+  }
+}
+
+// The accumulators back to natural lane order, then the tree into y.
+template <int TT, int R>
+MX_INLINE void store_unpermuted(const Args& a, int64_t t0, int64_t r0, __m512 (&acc)[TT][R]) {
+  const __m512i unperm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kOrder)));
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_permutexvar_ps(unperm, acc[t][r]);
+  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
+}
+
 // y[t0 .. t0+TT, r0 .. r0+R); PF: software prefetch a.prefetch bytes ahead on each
 // row (the GEMV tile).
 template <int TT, int R, bool PF>
@@ -431,60 +521,32 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
       }
       load_group<Tail>(wr, sc + r * nb + G * 16, tail, g[r]);
     }
+    if constexpr (TT >= 4) {  // regrouped: 16 shuffles per row where group_step's take 9 per token
+      alignas(64) uint8_t wg[R * 512];
+      alignas(64) float ws[R * 16];
 #pragma GCC unroll 8
-    for (int t = 0; t < TT; ++t)
+      for (int r = 0; r < R; ++r) store_regrouped(g[r], wg + r * 512, ws + r * 16);
+      regrouped_step<TT, R>(acc, wg, ws, qa.qg + t0 * qa.q_stride + G * 512, qa.q_stride, xs + G * 16, xsum + G * 16,
+                            qa.nbp);
+    } else {
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-        acc[t][r] = group_step(acc[t][r], g[r], xq + t * qa.q_stride + G * 512,
-                               xs + t * qa.nbp + G * 16, xsum + t * qa.nbp + G * 16,
-                               Tail ? (tail + 3) / 4 : 4);
+      for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+          acc[t][r] = group_step(acc[t][r], g[r], xq + t * qa.q_stride + G * 512, xs + t * qa.nbp + G * 16,
+                                 xsum + t * qa.nbp + G * 16, Tail ? (tail + 3) / 4 : 4);
+    }
   };
   for (int64_t G = 0; G < ng; ++G) group(G, std::false_type{});
   if (tail) group(ng, std::true_type{});
-  const __m512i unperm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kOrder)));
-#pragma GCC unroll 8
-  for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_permutexvar_ps(unperm, acc[t][r]);
-  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
+  store_unpermuted(a, t0, r0, acc);
 }
 
-// --- GEMM: rows unpacked once per chunk, regrouped ---
-// group_step spends 9 shuffles and adds per token and row on the 4 -> 1 lane
-// reduction, as many vector operations as its 8 vpdpbusd, and a tile unpacks its
-// rows' nibbles again for every TT tokens. The GEMM instead unpacks a tile's R rows
-// once per chunk of tokens (prep, into a per-thread buffer, with load_group's
-// operations) and regroups them so that int32 lane 4k + j of every vector holds 4
-// bytes of block 4j + k (kOrder); the activations are regrouped the same way once
-// per call (regroup_row, QuantAct::qg). The 8 vpdpbusd of a token and row then
-// leave each block's sum whole in its lane, and the tiles hold TT x R sums in
-// registers while the weights and activations stream from L1. d_b is an exact
-// integer either way, so every output keeps its bits (matmul_impl.h).
-
-// x[j]'s 128-bit lane k belongs to block 4j + k; out[i] takes int32 i of each:
-// lane 4k + j of out[i] = int32 4k + i of x[j] (a 4 x 4 transpose per 128-bit lane).
-MX_INLINE void regroup4(const __m512i* x, __m512i* out) {
-  const __m512i a0 = _mm512_unpacklo_epi32(x[0], x[1]), a1 = _mm512_unpackhi_epi32(x[0], x[1]);
-  const __m512i a2 = _mm512_unpacklo_epi32(x[2], x[3]), a3 = _mm512_unpackhi_epi32(x[2], x[3]);
-  out[0] = _mm512_unpacklo_epi64(a0, a2);
-  out[1] = _mm512_unpackhi_epi64(a0, a2);
-  out[2] = _mm512_unpacklo_epi64(a1, a3);
-  out[3] = _mm512_unpackhi_epi64(a1, a3);
-}
-
-// One token row of q: group G's vector 4h + i (64 bytes at G * 512 + 64 (4h + i)) is
-// regroup4 of the evens (h = 0) or odds (h = 1) of the group's 4 loads.
-void regroup_row(const int8_t* q, int64_t nbp, int8_t* qg) {
-  for (int64_t G = 0; G < nbp / 16; ++G) {
-    const int8_t* src = q + G * 512;
-    for (int h = 0; h < 2; ++h) {
-      __m512i x[4], out[4];
-      for (int j = 0; j < 4; ++j) x[j] = _mm512_loadu_si512(src + 128 * j + 64 * h);
-      regroup4(x, out);
-      for (int i = 0; i < 4; ++i) _mm512_storeu_si512(qg + G * 512 + 64 * (4 * h + i), out[i]);
-    }
-  }
-}
+// --- GEMM: rows unpacked and regrouped once per chunk ---
+// A GEMV tile unpacks its rows' nibbles for every TT tokens; the GEMM unpacks and
+// regroups a tile's R rows once per chunk of tokens (prep, into a per-thread buffer,
+// with load_group's operations), and its tiles hold TT x R sums in registers while
+// the weights and activations stream from L1 / L2.
 
 namespace gemm {
 
@@ -510,12 +572,7 @@ void prep(const Args& a, int64_t, int64_t r0) {
   auto group = [&](int64_t G, int r, auto tail_tag) __attribute__((always_inline)) {
     Group g;
     load_group<decltype(tail_tag)::value>(w + r * rb + G * 256, sc + r * nb + G * 16, int(nb % 16), g);
-    __m512i v[8];
-    regroup4(g.lo, v);
-    regroup4(g.hi, v + 4);
-    uint8_t* dst = t_rows.w + (G * R + r) * 512;
-    for (int m = 0; m < 8; ++m) _mm512_storeu_si512(dst + 64 * m, v[m]);
-    _mm512_storeu_ps(t_rows.ws + (G * R + r) * 16, g.ws);
+    store_regrouped(g, t_rows.w + (G * R + r) * 512, t_rows.ws + (G * R + r) * 16);
   };
   for (int r = 0; r < R; ++r) {
     int64_t G = 0;
@@ -537,45 +594,10 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
-  for (int64_t G = 0; G < groups; ++G) {
-    const uint8_t* wg = t_rows.w + G * R * 512;
-    const int8_t* xg = xq + G * 512;
-    __m512i d[TT][R];
-#pragma GCC unroll 8
-    for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) d[t][r] = _mm512_setzero_si512();
-    // Each sum takes its 8 vpdpbusd TT x R instructions apart (the latency hidden).
-#pragma GCC unroll 8
-    for (int m = 0; m < 8; ++m) {
-      __m512i wv[R];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(wg + r * 512 + 64 * m);
-#pragma GCC unroll 8
-      for (int t = 0; t < TT; ++t) {
-        const __m512i x = _mm512_loadu_si512(xg + t * qa.q_stride + 64 * m);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) d[t][r] = _mm512_dpbusd_epi32(d[t][r], wv[r], x);
-      }
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < TT; ++t) {
-      const __m512i sum12 = _mm512_loadu_si512(xsum + t * qa.nbp + G * 16);
-      const __m512 s = _mm512_loadu_ps(xs + t * qa.nbp + G * 16);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m512 ws = _mm512_loadu_ps(t_rows.ws + (G * R + r) * 16);
-        acc[t][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(d[t][r], sum12)), ws), s,
-                                    acc[t][r]);
-      }
-    }
-  }
-  const __m512i unperm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kOrder)));
-#pragma GCC unroll 8
-  for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_permutexvar_ps(unperm, acc[t][r]);
-  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
+  for (int64_t G = 0; G < groups; ++G)
+    regrouped_step<TT, R>(acc, t_rows.w + G * R * 512, t_rows.ws + G * R * 16, xq + G * 512, qa.q_stride,
+                          xs + G * 16, xsum + G * 16, qa.nbp);
+  store_unpermuted(a, t0, r0, acc);
 }
 
 // full / tok1 read the rows prep made just before (drive_rows calls prep, then them,
@@ -632,11 +654,12 @@ void quantize_row(const float* x, int64_t in, int64_t nbp, const uint8_t* inv_or
 
 // GEMM: TT x R sums in registers (gemm::tile; 4 x 3 the default: 24 zmm of sums).
 // Small batches: sub-tiles of 2 rows (9 zmm of unpacked weights per row + TT x 2
-// accumulators), 1 row for 8 tokens (unpacking once for all 8 is what counts here).
-constexpr Gemv kGemv[] = {{8, tile<1, 8, true>, in_subtiles<tile<2, 2, true>, 2, 8>, in_subtiles<tile<4, 2, true>, 2, 8>,
-                           in_subtiles<tile<8, 1, true>, 1, 8>},
-                          {4, tile<1, 4, true>, in_subtiles<tile<2, 2, true>, 2, 4>, in_subtiles<tile<4, 2, true>, 2, 4>,
-                           in_subtiles<tile<8, 1, true>, 1, 4>}};
+// accumulators; 4 tokens regrouped). 8 tokens go as two 4-token tiles, the second on
+// rows still in L1: measured 1.1-1.8x an 8-token tile of 1 row on 4 shapes
+// (BENCHMARKS.md, "MXFP4 GEMM").
+constexpr Gemv kGemv[] = {
+    {8, tile<1, 8, true>, in_subtiles<tile<2, 2, true>, 2, 8>, in_subtiles<tile<4, 2, true>, 2, 8>},
+    {4, tile<1, 4, true>, in_subtiles<tile<2, 2, true>, 2, 4>, in_subtiles<tile<4, 2, true>, 2, 4>}};
 constexpr Gemm kGemm[] = {gemm::of<4, 3>(), gemm::of<4, 2>(), gemm::of<6, 2>(), gemm::of<8, 1>()};
 
 }  // namespace mx4
