@@ -134,9 +134,13 @@ struct Bf16Products {
 
   // A bf16 cache row of an even head_dim is already a row of pairs: read in place.
   static bool raw_keys(const KeyBlock& b, const AttnArgs& a) { return b.dt == DType::BF16 && a.head_dim % 2 == 0; }
-  // Key j's row of pairs (past the block's end, b.kp's zero row).
+  // Key j's row of pairs: the cache row where read in place (raw), else its packed copy
+  // in kvp (past the block's end, the zero row's).
+  static const float* key_row(bool raw, const void* const* kp, const float* kvp, int hp, int j) {
+    return raw ? static_cast<const float*>(kp[j]) : kvp + int64_t(j) * hp;
+  }
   static const float* key_row(const KeyBlock& b, const AttnArgs& a, int j) {
-    return raw_keys(b, a) ? static_cast<const float*>(b.kp[j]) : b.kvp + int64_t(j) * pairs(a.head_dim);
+    return key_row(raw_keys(b, a), b.kp, b.kvp, pairs(a.head_dim), j);
   }
   static float* values_packed(const KeyBlock& b, const AttnArgs& a) {
     return b.kvp + int64_t(KB) * pairs(a.head_dim);
@@ -178,11 +182,10 @@ struct Bf16Products {
       const __m512i hi_idx = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
       float* const k2 = keys_by_pairs(b, a);
       const bool raw = raw_keys(b, a);
-      auto row = [&](int j) { return raw ? static_cast<const float*>(kp[j]) : kvp + int64_t(j) * hp; };  // key_row
       for (int c = 0; c < hp; c += 16) {
         const __mmask16 m = first_n(hp - c), lo = first_n(2 * (hp - c)), hi = first_n(2 * (hp - c) - 16);
         for (int jp = 0; jp < half_keys / 2; ++jp) {
-          const float *ra = row(2 * jp) + c, *rb = row(2 * jp + 1) + c;
+          const float *ra = key_row(raw, kp, kvp, hp, 2 * jp) + c, *rb = key_row(raw, kp, kvp, hp, 2 * jp + 1) + c;
           const __m512i x = _mm512_maskz_loadu_epi32(m, ra), y = _mm512_maskz_loadu_epi32(m, rb);
           float* out = k2 + int64_t(jp) * 2 * hp + 2 * c;
           _mm512_mask_storeu_epi32(out, lo, _mm512_permutex2var_epi32(x, lo_idx, y));
@@ -254,8 +257,8 @@ struct Bf16Products {
     const float* qd = t.qp + int64_t(hp) * RT;
     const float* keys = k2 + int64_t(j0) * hp;  // pair j0 / 2 + k at keys + 2k hp
     for (int i = 0; i < hp; ++i) {
-      const __m512bh q = bh(_mm512_loadu_si512(qd + i * V));
       prefetch_step(b);
+      const __m512bh q = bh(_mm512_loadu_si512(qd + i * V));
       for (int k = 0; k < KH; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], q, bh(bcast_words2(keys + 2 * k * hp + 2 * i)));
     }
     const F ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -332,8 +335,8 @@ struct Bf16Products {
                                                      _mm512_loadu_ps(ot + (d0 + 2 * dd + 1) * RT)),
                               alpha);
     for (int i = 0; i < np; ++i) {
-      const __m512bh w = bh(_mm512_loadu_si512(pd + i * V));
       prefetch_step(b);
+      const __m512bh w = bh(_mm512_loadu_si512(pd + i * V));
       const float* v = vpk + int64_t(i) * vd + d0;
       for (int dd = 0; dd < ND2; ++dd) acc[dd] = mask_dot(acc[dd], whole[i], w, bh(bcast_words2(v + 2 * dd)));
     }

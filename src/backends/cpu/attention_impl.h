@@ -295,9 +295,6 @@ struct Tiled {
     const void* vbase = a.values_in_k ? kv.k : kv.v;
     const int64_t kwid = kv.k_width, vwid = a.values_in_k ? kv.k_width : kv.v_width;
     const int64_t koff = int64_t(it.g) * hd, voff = int64_t(it.g) * vd;
-    // The element of a cache slot's key / value row where this KV head's part starts.
-    auto key_at = [&](int64_t slot) { return slot * kwid + koff; };
-    auto value_at = [&](int64_t slot) { return slot * vwid + voff; };
     // f(j, slot) for the positions j in [j0, j1): one block-table lookup (and one
     // division) per paged block, not per position; a decode item is mostly this walk.
     auto for_slots = [&](int j0, int j1, auto&& f) {
@@ -312,9 +309,9 @@ struct Tiled {
     // P prefetches while it computes this one (a long context's cache comes from DRAM).
     const void* kp[2][KB + KS];
     const void* vp[2][KB];
-    // In place, a row's address is a base plus the slot times a stride; held in locals, as
-    // stores through k and v could otherwise alias the fields they come from and be reloaded
-    // for every position.
+    // A row's address (this KV head's part of a cache slot) is a base plus the slot times a
+    // stride; held in locals, as stores through k and v could otherwise alias the fields they
+    // come from and be reloaded for every position.
     const char* const kbase = static_cast<const char*>(kv.k) + koff * es;
     const char* const vbase_h = static_cast<const char*>(vbase) + voff * es;
     const int64_t kstride = kwid * es, vstride = vwid * es;
@@ -330,8 +327,10 @@ struct Tiled {
       for_slots(kb, end, [&](int j, int64_t slot) {  // widen this block's rows once for every tile (exact)
         float* kr = scratch + L.kw + int64_t(j - kb) * hd;
         float* vr = scratch + L.vw + int64_t(j - kb) * vd;
-        for (int d = 0; d < hd; ++d) kr[d] = kv_load(kv.k, kv.dtype, key_at(slot) + d);
-        for (int d = 0; d < vd; ++d) vr[d] = kv_load(vbase, kv.dtype, value_at(slot) + d);
+        const void* krow = kbase + slot * kstride;
+        const void* vrow = vbase_h + slot * vstride;
+        for (int d = 0; d < hd; ++d) kr[d] = kv_load(krow, kv.dtype, d);
+        for (int d = 0; d < vd; ++d) vr[d] = kv_load(vrow, kv.dtype, d);
         k[j - kb] = kr, v[j - kb] = vr;
       });
     };
