@@ -200,7 +200,7 @@ TEST(MatmulQuant, Mxfp4ActivationQuantizationErrorIsSmall) {
 }
 
 // Row t of an n-token matmul equals, bit for bit, the 1-token matmul of row t, a
-// shorter batch containing it (5 and 8 tokens take the 4- and 8-token GEMV tiles),
+// shorter batch containing it (5 and 8 tokens take the 4-token GEMV tiles),
 // the same call on another thread count, and the same call under every kernel
 // config (tile shape) the ISA implements.
 TEST(MatmulQuant, Mxfp4BatchInvariantBitwise) {
@@ -243,7 +243,7 @@ TEST(MatmulQuant, Mxfp4BatchInvariantBitwise) {
 TEST(MatmulQuant, Mxfp4ActivationEdgeCasesSameOnEveryPath) {
   std::mt19937 rng(21);
   MxWeights w = make_mx(19, 256, rng);
-  const int64_t n = 6;
+  const int64_t n = 12;  // more than 8: the GEMM tiles (tokens 6 .. 11 are plain)
   std::vector<float> x = mxtest::randn(size_t(n * 256), rng);
   for (int i = 0; i < 32; ++i) x[size_t(32 + i)] = 0.0f;            // token 0: a zero block
   x[size_t(256 + 40)] = INFINITY;                                   // token 1: inf

@@ -130,9 +130,10 @@ void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float
   // Runs of consecutive positions of one sequence, then items of up to
   // item_rows rows of one run and KV head. A decode step with fewer items than
   // workers (one sequence over few KV heads; MLA has one) splits its rows
-  // further, down to half a vector, so every worker has one: each item reads the
-  // whole cache, but in parallel, and a row's operations do not depend on its
-  // item (attention.h).
+  // further, in multiples of half a vector, at the size whose deal ends soonest:
+  // each item reads the whole cache, but in parallel, and a row's operations do
+  // not depend on its item (attention.h). Halving the size instead overshot: 64
+  // rows on 3 workers went as 4 items of 16, and one worker did two.
   const int group = a.n_heads / a.n_kv_heads;
   std::vector<Item>& items = s.items;
   auto make_items = [&](int item_rows) {
@@ -152,28 +153,41 @@ void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float
       t = e;
     }
   };
-  int item_rows = k->item_rows, max_run_rows = 0;
-  make_items(item_rows);
-  for (const Item& it : items) max_run_rows = std::max(max_run_rows, it.r1);
-  const int min_rows = std::max(1, k->min_item_rows);
-  while (int(items.size()) < pool.size() && item_rows / 2 >= min_rows)
-    if ((item_rows /= 2) < max_run_rows) make_items(item_rows);  // else no item would change
-  // Longest first, each to the least loaded worker (cost: rows x keys). The
-  // deal only decides who computes an item, never how.
+  // Longest first, each to the least loaded worker (cost: rows x keys); returns the
+  // largest load. The deal only decides who computes an item, never how.
   auto cost = [&](const Item& it) { return int64_t(it.r1 - it.r0) * (it.pos0 + (it.r1 - 1) / group + 1); };
   std::vector<int>& order = s.order;
-  order.resize(items.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return cost(items[x]) > cost(items[y]); });
-  const int nw = std::max(1, std::min<int>(pool.size(), int(items.size())));
   std::vector<int>& worker = s.worker;
   std::vector<int64_t>& load = s.load;
-  worker.resize(items.size());
-  load.assign(size_t(nw), 0);
-  for (int i : order) {
-    const int w = int(std::min_element(load.begin(), load.end()) - load.begin());
-    worker[i] = w, load[w] += cost(items[i]);
+  int nw = 1;
+  auto deal = [&] {
+    order.resize(items.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return cost(items[x]) > cost(items[y]); });
+    nw = std::max(1, std::min<int>(pool.size(), int(items.size())));
+    worker.resize(items.size());
+    load.assign(size_t(nw), 0);
+    for (int i : order) {
+      const int w = int(std::min_element(load.begin(), load.end()) - load.begin());
+      worker[i] = w, load[w] += cost(items[i]);
+    }
+    return *std::max_element(load.begin(), load.end());
+  };
+  make_items(k->item_rows);
+  if (int(items.size()) < pool.size()) {
+    int max_run_rows = 0;
+    for (const Item& it : items) max_run_rows = std::max(max_run_rows, it.r1);
+    const int step = std::max(1, k->min_item_rows);
+    // Sizes at or above the longest run's rows (rounded up) make the same items.
+    int best = std::min(k->item_rows, (max_run_rows + step - 1) / step * step);
+    int64_t best_end = deal();
+    for (int r = best - step; r >= step; r -= step) {  // ties keep the larger items
+      make_items(r);
+      if (const int64_t end = deal(); end < best_end) best = r, best_end = end;
+    }
+    make_items(best);
   }
+  deal();
   const int64_t per = k->scratch_floats(a);
   s.floats.resize(size_t(nw) * per);
   pool.parallel_for(nw, [&](int64_t wb, int64_t we) {

@@ -203,7 +203,7 @@ QuantAct quantize_activations(const float* x, int64_t n, int64_t in, const Dtype
   qa.nbp = (in / 32 + 15) / 16 * 16;
   qa.q_stride = qa.nbp * 32;
   const size_t qb = align64(size_t(n * qa.q_stride)), sb = align64(size_t(n * qa.nbp) * 4);
-  const bool regroup = dk.mx_regroup && n > 1;
+  const bool regroup = dk.mx_regroup && n >= kMinRegroupTokens;
   char* p = static_cast<char*>(t_act.get(qb * (regroup ? 2 : 1) + 2 * sb + 64));
   int8_t* q = reinterpret_cast<int8_t*>(p);
   float* s = reinterpret_cast<float*>(p + qb);
@@ -339,11 +339,11 @@ void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, c
   r.grain = streams(r.p, n_tokens) ? r.p.gemv->rows : r.p.row_block;
 }
 
-}  // namespace
-
-// Runs n prepared matmuls: each one's tiles (grains of rows) in one index space,
-// dealt to the pool at once, or on this thread when all together are too small to split.
+// Runs n <= kMatmulManyMax prepared matmuls: each one's tiles (grains of rows) in one
+// index space, dealt to the pool at once, or on this thread when all together are
+// too small to split.
 void run_prepared(const Prepared* r, int n, ThreadPool& pool) {
+  MX_CHECK(n >= 0 && n <= kMatmulManyMax, "matmul: {} matmuls in one region", n);
   int64_t first_unit[kMatmulManyMax + 1] = {0}, macs = 0;
   for (int i = 0; i < n; ++i) {
     first_unit[i + 1] = first_unit[i] + (r[i].empty ? 0 : (r[i].a.out + r[i].grain - 1) / r[i].grain);
@@ -359,6 +359,8 @@ void run_prepared(const Prepared* r, int n, ThreadPool& pool) {
   if (macs < kMinParallelMacs) return units(0, first_unit[n]);
   pool.parallel_for(first_unit[n], units);
 }
+
+}  // namespace
 
 void run_kernels(const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w,
                  int64_t n_tokens, ThreadPool& pool, const KernelConfig* cfg, bool bf16_act) {
@@ -426,12 +428,16 @@ std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   // Only the AVX-512 GEMV tiles prefetch in software.
   const std::vector<int> pfs = isa == Isa::Avx512 ? std::vector<int>{1024, 0, 512, 2048} : std::vector<int>{0};
   // GEMM blocking {chunk_kib, rowblock_kib}: activations in L2 with every row streaming
-  // past, or an L1-sized chunk against L2-sized row blocks. The AVX-512 MXFP4 GEMM
-  // unpacks a tile's rows once per chunk of tokens, so it defaults to an L2-sized chunk
-  // against L2-sized row blocks (an L1-sized one is 4 tokens of 4864-wide rows);
-  // the float tiles to the first.
+  // past, or an L1-sized chunk against L2-sized row blocks. The float tiles default to
+  // the first. AVX2's MXFP4 tiles read each token's activations once per 16-block group
+  // per row, so they default to the second (measured up to 1.4x on 64-token GEMMs);
+  // AVX-512's (the regrouping ones) unpack a tile's rows once per chunk of tokens, so an
+  // L2-sized chunk against L2-sized row blocks (an L1-sized chunk is 4 tokens of
+  // 4864-wide rows).
   std::vector<std::pair<int, int>> blk = {{256, 0}, {32, 512}};
-  if (dtype == DType::MXFP4) blk = {{256, 256}, {32, 256}, {256, 0}};
+  if (dtype == DType::MXFP4)
+    blk = dk->mx_regroup ? std::vector<std::pair<int, int>>{{256, 256}, {32, 256}, {256, 0}}
+                         : std::vector<std::pair<int, int>>{{32, 256}, {256, 0}};
   for (int pf : pfs)
     for (const Gemv& g : dk->gemv)
       for (const Gemm& m : dk->gemm)

@@ -332,7 +332,7 @@ constexpr Gemm kGemm[] = {gemm<4, 6>(), gemm<8, 3>()};
 // removed per block with sum12 = 12 * sum(q). The 128-bit lane k of load j holds
 // block 4j + k (low nibbles: its even elements, high nibbles: its odd ones, which
 // is how QuantAct lays out q); after the 4 -> 1 lane reduction, int32 position
-// 4k + j holds block 4j + k. The accumulators keep that order (kMxOrder; QuantAct's
+// 4k + j holds block 4j + k. The accumulators keep that order (kOrder; QuantAct's
 // s and sum12 are stored in it, scale bytes are shuffled into it) and one permute
 // restores natural lane order before the tree (matmul_impl.h).
 namespace mx4 {
@@ -398,9 +398,9 @@ MX_INLINE __m512 group_step(__m512 acc, const Group& g, const int8_t* xq, const 
   return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), g.ws), _mm512_loadu_ps(xs), acc);
 }
 
-// Regrouping (the GEMM, and the GEMV tiles of 4 and 8 tokens): group_step spends 9
-// shuffles and adds per token and row on the 4 -> 1 lane reduction, as many vector
-// operations as its 8 vpdpbusd. Regrouped, int32 lane 4k + j of every weight vector
+// Regrouping (the GEMM, and the tiles of 4 or more tokens that read the packed rows):
+// group_step spends 9 shuffles and adds per token and row on the 4 -> 1 lane
+// reduction, as many vector operations as its 8 vpdpbusd. Regrouped, int32 lane 4k + j of every weight vector
 // holds 4 bytes of block 4j + k (kOrder), and the activations are regrouped the same
 // way once per call (regroup_row, QuantAct::qg), so the 8 vpdpbusd of a token and
 // row leave each block's sum whole in its lane, for 16 shuffles per row and group.
@@ -417,27 +417,31 @@ MX_INLINE void regroup4(const __m512i* x, __m512i* out) {
   out[3] = _mm512_unpackhi_epi64(a1, a3);
 }
 
-// One token row of q: group G's vector 4h + i (64 bytes at G * 512 + 64 (4h + i)) is
-// regroup4 of the evens (h = 0) or odds (h = 1) of the group's 4 loads.
+// A group's 4 vectors of evens (lo) and of odds (hi), regrouped: vector 4h + i (h = 0:
+// evens, 1: odds) is regroup4's out[i], stored at dst + 64 (4h + i).
+MX_INLINE void store_regrouped(const __m512i* lo, const __m512i* hi, void* dst) {
+  __m512i v[8];
+  regroup4(lo, v);
+  regroup4(hi, v + 4);
+#pragma GCC unroll 8
+  for (int m = 0; m < 8; ++m) _mm512_storeu_si512(static_cast<char*>(dst) + 64 * m, v[m]);
+}
+
+// One token row of q (QuantAct: group G's load j at G * 512 + 128 j, evens then odds).
 void regroup_row(const int8_t* q, int64_t nbp, int8_t* qg) {
   for (int64_t G = 0; G < nbp / 16; ++G) {
-    const int8_t* src = q + G * 512;
-    for (int h = 0; h < 2; ++h) {
-      __m512i x[4], out[4];
-      for (int j = 0; j < 4; ++j) x[j] = _mm512_loadu_si512(src + 128 * j + 64 * h);
-      regroup4(x, out);
-      for (int i = 0; i < 4; ++i) _mm512_storeu_si512(qg + G * 512 + 64 * (4 * h + i), out[i]);
+    __m512i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = _mm512_loadu_si512(q + G * 512 + 128 * j);
+      hi[j] = _mm512_loadu_si512(q + G * 512 + 128 * j + 64);
     }
+    store_regrouped(lo, hi, qg + G * 512);
   }
 }
 
 // A row's unpacked group, regrouped: 8 vectors at w (512 bytes), its scales at ws.
 MX_INLINE void store_regrouped(const Group& g, uint8_t* w, float* ws) {
-  __m512i v[8];
-  regroup4(g.lo, v);
-  regroup4(g.hi, v + 4);
-#pragma GCC unroll 8
-  for (int m = 0; m < 8; ++m) _mm512_storeu_si512(w + 64 * m, v[m]);
+  store_regrouped(g.lo, g.hi, w);
   _mm512_storeu_ps(ws, g.ws);
 }
 
@@ -521,7 +525,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
       }
       load_group<Tail>(wr, sc + r * nb + G * 16, tail, g[r]);
     }
-    if constexpr (TT >= 4) {  // regrouped: 16 shuffles per row where group_step's take 9 per token
+    if constexpr (TT >= kMinRegroupTokens) {  // regrouped: 16 shuffles per row where group_step's take 9 per token
       alignas(64) uint8_t wg[R * 512];
       alignas(64) float ws[R * 16];
 #pragma GCC unroll 8
@@ -552,7 +556,8 @@ namespace gemm {
 
 // The prepared rows of the tile this thread computes: group G of row r is 8 vectors
 // of u8 weights at w + (G * R + r) * 512 bytes, its 16 block scales (kOrder) at
-// ws + (G * R + r) * 16. Groups past the row's blocks (the last group's tail) are 0.
+// ws + (G * R + r) * 16. Past a row's last block (the last group's tail) the weights
+// are 0 or 12 (load_group) and the scales 0, as q and sum12 are 0 there: they add +0.
 struct Rows {
   Buffer buf;
   uint8_t* w = nullptr;
@@ -605,6 +610,8 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
 // the packed weights as the GEMV does.
 template <int TT, int R>
 constexpr Gemm of() {
+  // The tiles (tok1 too) read QuantAct::qg: a GEMM of TT tokens runs on calls of TT or more.
+  static_assert(TT >= kMinRegroupTokens);
   return {.tokens = TT, .rows = R, .full = tile<TT, R>, .tok1 = tile<1, R>, .row1 = mx4::tile<TT, 1, false>,
           .one = mx4::tile<1, 1, false>, .prep = prep<R>};
 }
@@ -655,8 +662,8 @@ void quantize_row(const float* x, int64_t in, int64_t nbp, const uint8_t* inv_or
 // GEMM: TT x R sums in registers (gemm::tile; 4 x 3 the default: 24 zmm of sums).
 // Small batches: sub-tiles of 2 rows (9 zmm of unpacked weights per row + TT x 2
 // accumulators; 4 tokens regrouped). 8 tokens go as two 4-token tiles, the second on
-// rows still in L1: measured 1.1-1.8x an 8-token tile of 1 row on 4 shapes
-// (BENCHMARKS.md, "MXFP4 GEMM").
+// rows still in L1: measured 0.9-1.8x an 8-token tile of 1 row on 4 shapes, faster
+// on 3 (BENCHMARKS.md, "MXFP4 GEMM").
 constexpr Gemv kGemv[] = {
     {8, tile<1, 8, true>, in_subtiles<tile<2, 2, true>, 2, 8>, in_subtiles<tile<4, 2, true>, 2, 8>},
     {4, tile<1, 4, true>, in_subtiles<tile<2, 2, true>, 2, 4>, in_subtiles<tile<4, 2, true>, 2, 4>}};

@@ -90,8 +90,10 @@ struct QuantAct {
   const int32_t* sum12 = nullptr;  // [n_tokens][nbp]
   int64_t nbp = 0;             // blocks per row, padded to a multiple of 16
   int64_t q_stride = 0;        // bytes per token row of q (nbp * 32)
-  // q regrouped for the GEMM tiles of kernels that have DtypeKernels::mx_regroup
-  // (same stride); made for calls of more than one token, else null.
+  // q in the kernel's regrouped layout (DtypeKernels::mx_regroup; same stride), which
+  // its GEMM and its tiles of kMinRegroupTokens or more tokens read (a tile or GEMM of
+  // TT tokens runs only on calls of TT or more); made for calls of at least
+  // kMinRegroupTokens tokens, else null.
   const int8_t* qg = nullptr;
 };
 
@@ -120,14 +122,15 @@ using TileFn = void (*)(const Args& a, int64_t t0, int64_t r0);
 struct Gemv {
   int rows;
   TileFn fn;  // 1 token x `rows` rows
-  // Small batches (speculative verification, a few sequences decoding): 2, 4 or
-  // 8 tokens x `rows` rows, streaming each weight row once for all of them (null:
+  // Small batches (speculative verification, a few sequences decoding): 2 or 4
+  // tokens x `rows` rows, streaming each weight row once for all of them (null:
   // the smaller tiles). Each output sees the 1-token tile's operations.
-  TileFn fn2 = nullptr, fn4 = nullptr, fn8 = nullptr;
+  TileFn fn2 = nullptr, fn4 = nullptr;
 };
 
-// Tokens up to which a call streams its weights through the GEMV tiles (fn8 / fn4
-// / fn2 / fn) rather than the GEMM's cache blocking: what a decode step of a few
+// Tokens up to which a call streams its weights through the GEMV tiles (fn4 / fn2
+// / fn; 8 tokens as two fn4, the second on rows still in L1) rather than the GEMM's
+// cache blocking: what a decode step of a few
 // sequences, or a verification of a few drafted tokens, has.
 constexpr int64_t kSmallBatch = 8;
 
@@ -155,8 +158,10 @@ struct Gemm {
 // version performs the same IEEE operations (matmul_impl.h), so the same bits.
 using MxQuantRowFn = void (*)(const float* x, int64_t in, int64_t nbp, const uint8_t* inv_order,
                               int8_t* q, float* s, int32_t* sum12);
-// Rewrites one token row of q (QuantAct) in a kernel's GEMM layout (QuantAct::qg).
+// Rewrites one token row of q (QuantAct) in a kernel's regrouped layout (QuantAct::qg).
 using MxRegroupFn = void (*)(const int8_t* q, int64_t nbp, int8_t* qg);
+// The fewest tokens a tile that reads QuantAct::qg computes at once.
+constexpr int64_t kMinRegroupTokens = 4;
 // Rounds one token row of activations to bf16 into dst[stride] (zero-padded past in).
 using Bf16RowFn = void (*)(const float* x, int64_t in, int64_t stride, uint16_t* dst);
 
@@ -171,7 +176,7 @@ struct DtypeKernels {
   // natural order); the activation quantizer stores s and sum12 in this order.
   const uint8_t* mx_order = nullptr;
   MxQuantRowFn mx_quant = nullptr;  // MXFP4 only; null: the portable (SSE2) quantizer
-  MxRegroupFn mx_regroup = nullptr;  // MXFP4 only; null: the GEMM tiles read q
+  MxRegroupFn mx_regroup = nullptr;  // MXFP4 only; null: every tile reads q
   // BF16 and F8_E4M3 on the bf16-dot kernels: they read bf16 activations (Args::xb),
   // made by this per row.
   Bf16RowFn bf16_act = nullptr;
@@ -213,12 +218,10 @@ inline void drive_rows(const Args& a, const Plan& p, int64_t r0, int64_t r1) {
   int64_t r = r0;
   const Gemv& v = *p.gemv;
   if (streams(p, n)) {
-    // Decode: stream each block of weight rows once, for up to 8 tokens at a time;
+    // Decode: stream each block of weight rows once, for up to 4 tokens at a time;
     // it stays in L1/L2 across the rest.
     for (; r + v.rows <= r1; r += v.rows) {
       int64_t t = 0;
-      if (v.fn8)
-        for (; t + 8 <= n; t += 8) v.fn8(a, t, r);
       if (v.fn4)
         for (; t + 4 <= n; t += 4) v.fn4(a, t, r);
       if (v.fn2)
