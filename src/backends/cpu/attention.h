@@ -18,9 +18,10 @@
 // exps two keys at a time, and its bf16 products two keys (Q.K^T) or two value
 // dims (P.V) per vdpbf16ps (attention_bf16_avx512.cpp): lane for lane the same
 // operations. A step with fewer work items than the pool has workers (one
-// sequence over few KV heads; MLA's single latent head) splits its rows down to
-// half a vector per item. The next key block's rows are prefetched a line per
-// iteration of the products' loops while a block computes: a long context's
+// sequence over few KV heads; MLA's single latent head) splits its rows into
+// items of a multiple of half a vector, the size whose deal ends soonest. The
+// next key block's rows are prefetched a line per iteration of the products'
+// loops while a block computes: a long context's
 // cache comes from DRAM, where the hardware prefetchers alone were 2-4x slower
 // and a burst of prefetches stalled the core (BENCHMARKS.md).
 //
@@ -104,7 +105,7 @@ using RunItemFn = void (*)(const Call& c, const Item& it, float* scratch);
 
 struct Kernel {
   int item_rows = 0;  // at most
-  int min_item_rows = 0;  // where items are split further to give every worker one (half a vector)
+  int min_item_rows = 0;  // step of the sizes tried when items are fewer than workers (half a vector)
   ScratchFn scratch_floats = nullptr;
   RunItemFn run = nullptr;
 };
