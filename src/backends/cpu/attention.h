@@ -21,9 +21,9 @@
 // sequence over few KV heads; MLA's single latent head) splits its rows into
 // items of a multiple of half a vector, the size whose deal ends soonest. The
 // next key block's rows are prefetched a line per iteration of the products'
-// loops while a block computes: a long context's
-// cache comes from DRAM, where the hardware prefetchers alone were 2-4x slower
-// and a burst of prefetches stalled the core (BENCHMARKS.md).
+// loops while a block computes: a long context's cache comes from DRAM, where the
+// hardware prefetchers alone were 2-4x slower and a burst of prefetches stalled
+// the core (BENCHMARKS.md).
 //
 // Batch invariance (the contract of backends/cpu/matmul.h, carried over): a row's
 // output is bitwise the same whether its query is computed alone (decode), in a

@@ -400,11 +400,12 @@ MX_INLINE __m512 group_step(__m512 acc, const Group& g, const int8_t* xq, const 
 
 // Regrouping (the GEMM, and the tiles of 4 or more tokens that read the packed rows):
 // group_step spends 9 shuffles and adds per token and row on the 4 -> 1 lane
-// reduction, as many vector operations as its 8 vpdpbusd. Regrouped, int32 lane 4k + j of every weight vector
-// holds 4 bytes of block 4j + k (kOrder), and the activations are regrouped the same
-// way once per call (regroup_row, QuantAct::qg), so the 8 vpdpbusd of a token and
-// row leave each block's sum whole in its lane, for 16 shuffles per row and group.
-// d_b is an exact integer either way, so every output keeps its bits (matmul_impl.h).
+// reduction, as many vector operations as its 8 vpdpbusd. Regrouped, int32 lane
+// 4k + j of every weight vector holds 4 bytes of block 4j + k (kOrder), and the
+// activations are regrouped the same way once per call (regroup_row, QuantAct::qg),
+// so the 8 vpdpbusd of a token and row leave each block's sum whole in its lane, for
+// 16 shuffles per row and group. d_b is an exact integer either way, so every
+// output keeps its bits (matmul_impl.h).
 
 // x[j]'s 128-bit lane k belongs to block 4j + k; out[i] takes int32 i of each:
 // lane 4k + j of out[i] = int32 4k + i of x[j] (a 4 x 4 transpose per 128-bit lane).
@@ -525,7 +526,8 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
       }
       load_group<Tail>(wr, sc + r * nb + G * 16, tail, g[r]);
     }
-    if constexpr (TT >= kMinRegroupTokens) {  // regrouped: 16 shuffles per row where group_step's take 9 per token
+    // Regrouped: 16 shuffles per row, where group_step's reduction takes 9 per token.
+    if constexpr (TT >= kMinRegroupTokens) {
       alignas(64) uint8_t wg[R * 512];
       alignas(64) float ws[R * 16];
 #pragma GCC unroll 8

@@ -130,8 +130,8 @@ struct Gemv {
 
 // Tokens up to which a call streams its weights through the GEMV tiles (fn4 / fn2
 // / fn; 8 tokens as two fn4, the second on rows still in L1) rather than the GEMM's
-// cache blocking: what a decode step of a few
-// sequences, or a verification of a few drafted tokens, has.
+// cache blocking: what a decode step of a few sequences, or a verification of a few
+// drafted tokens, has.
 constexpr int64_t kSmallBatch = 8;
 
 // ROWS rows as ROWS / RS sub-tiles of RS rows (fewer accumulators than registers):
