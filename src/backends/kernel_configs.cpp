@@ -74,6 +74,7 @@ std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::s
       c.prefetch = e.at("prefetch").get<int>();
       c.chunk_kib = e.at("chunk_kib").get<int>();
       c.rowblock_kib = e.at("rowblock_kib").get<int>();
+      if (e.contains("fma")) c.fma = e.at("fma").get<bool>();
       if (e.contains("note")) t.note = e.at("note").get<std::string>();
       if (e.contains("cpu")) t.cpu = e.at("cpu").get<std::string>();
       MX_CHECK(!t.op.empty() && t.out >= 0 && t.in >= 0 && (t.out == 0) == (t.in == 0), "{}: bad op or shape",
@@ -102,6 +103,7 @@ std::string write_kernel_configs(const std::vector<TunedEntry>& entries, const s
         "\"tile_tokens\": {}, \"tile_rows\": {}, \"prefetch\": {}, \"chunk_kib\": {}, \"rowblock_kib\": {}",
         nlohmann::json(e.op).dump(), dtype_name(e.dtype), e.out, e.in, isa_name(e.isa), c.gemv_rows, c.tile_tokens,
         c.tile_rows, c.prefetch, c.chunk_kib, c.rowblock_kib);
+    if (c.fma) o += ", \"fma\": true";
     if (!e.cpu.empty()) o += fmt::format(", \"cpu\": {}", nlohmann::json(e.cpu).dump());
     if (!e.note.empty()) o += fmt::format(", \"note\": {}", nlohmann::json(e.note).dump());
     o += i + 1 < entries.size() ? "},\n" : "}\n";

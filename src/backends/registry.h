@@ -45,6 +45,10 @@ struct KernelConfig {
   // L2 while the chunks pass; 0: each chunk streams all of a thread's rows.
   int chunk_kib = 256;
   int rowblock_kib = 0;
+  // BF16 / F8_E4M3 weights with bf16 activations: the GEMM tile does vdpbf16ps's
+  // products on f32 FMAs (rows widened once per chunk), where that instruction is the
+  // slower (Intel). Offered only where the two give the same bits (matmul_bf16dot_avx512.cpp).
+  bool fma = false;
   bool operator==(const KernelConfig&) const = default;
 };
 

@@ -173,6 +173,39 @@ TEST(Matmul, Bf16ActivationKernels) {
   }
 }
 
+// The GEMM's FMA tiles (KernelConfig::fma: vdpbf16ps's products as two rounded FMAs,
+// offered where this CPU's vdpbf16ps is exactly that) give the vdpbf16ps tiles' bits:
+// rows with a tail, long rows in column blocks, rows left over by the tile, every
+// blocking, products and sums that underflow (FTZ) and denormal weights (DAZ).
+TEST(Matmul, Bf16FmaTilesGiveTheVdpbf16psBits) {
+  if (!matmul_bf16_activations(Isa::Avx512))
+    GTEST_SKIP() << "no bf16-activation kernels on this CPU (" << cpu_features_string() << ")";
+  std::vector<KernelConfig> fma;
+  for (const KernelConfig& c : matmul_candidates(Isa::Avx512, DType::BF16))
+    if (c.fma) fma.push_back(c);
+  if (fma.empty())
+    GTEST_SKIP() << "this CPU's vdpbf16ps is not two rounded FMAs, so no FMA tiles (" << cpu_model_name() << ")";
+  std::mt19937 rng(31);
+  struct Shape { int64_t out, in, n; };
+  for (Shape s : {Shape{49, 4097, 17}, Shape{77, 301, 40}, Shape{13, 32, 9}}) {
+    Weights w = make_weights(DType::BF16, s.out, s.in, rng);
+    std::vector<float> x = random_vec(size_t(s.n * s.in), rng);
+    for (size_t i = 0; i < w.bf16.size(); i += 7) w.bf16[i] = uint16_t(i % 2 ? 0x0001 : 0x8040);  // denormal, tiny
+    for (size_t i = 0; i < x.size(); i += 5) x[i] = i % 2 ? 1e-30f : -3e-39f;  // products below 2^-126
+    const Tensor wt = w.tensor();
+    std::vector<float> ref(size_t(s.n * s.out)), y(ref.size());
+    for (const KernelConfig& c : fma) {
+      KernelConfig dot = c;
+      dot.fma = false;
+      matmul_with_config(Isa::Avx512, dot, ref.data(), x.data(), wt, s.n, pool2());
+      matmul_with_config(Isa::Avx512, c, y.data(), x.data(), wt, s.n, pool2());
+      EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+          << s.out << "x" << s.in << " n=" << s.n << " tile " << c.tile_tokens << "x" << c.tile_rows << " blocking "
+          << c.chunk_kib << "/" << c.rowblock_kib;
+    }
+  }
+}
+
 TEST(Matmul, DispatchedMatchesBestIsa) {
   std::mt19937 rng(5);
   Weights w = make_weights(DType::BF16, 40, 300, rng);

@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
@@ -124,6 +126,29 @@ struct Cols {
   float* keep;  // 16 floats per output; null: the whole row in one pass
 };
 
+// A tile's accumulators at the start of its columns: +0, or those kept by the block before.
+template <int TT, int R>
+MX_INLINE void start(Cols cols, __m512 (&acc)[TT][R]) {
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      acc[t][r] = cols.k0 > 0 ? _mm512_loadu_ps(cols.keep + (t * R + r) * 16) : _mm512_setzero_ps();
+}
+
+// ... and at the end of columns [.., k_end): kept for the next block, or the tree's sums out.
+template <int TT, int R>
+MX_INLINE void finish(const Args& a, Cols cols, int64_t k_end, int64_t t0, int64_t r0, const __m512 (&acc)[TT][R]) {
+  if (cols.keep && k_end < a.in) {
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) _mm512_storeu_ps(cols.keep + (t * R + r) * 16, acc[t][r]);
+    return;
+  }
+  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
+}
+
 // y[t0 .. t0+TT, r0 .. r0+R) from the weight source's rows. PF: software prefetch
 // a.prefetch bytes ahead on each row, one 64-byte line per 64 bytes of weights
 // (every chunk of bf16, every other of FP8; the GEMV tiles, as stream_tile in
@@ -137,11 +162,7 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
   const uint16_t* x = a.xb + t0 * xs;
   const int64_t ahead = PF ? a.prefetch / int64_t(sizeof(T)) : 0;
   __m512 acc[TT][R];
-#pragma GCC unroll 8
-  for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-      acc[t][r] = cols.k0 > 0 ? _mm512_loadu_ps(cols.keep + (t * R + r) * 16) : _mm512_setzero_ps();
+  start(cols, acc);
   auto chunk = [&](int64_t i, auto load_w) __attribute__((always_inline)) {
     src.block(i);
     __m512bh wv[R];
@@ -168,14 +189,7 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
     const __mmask32 m = __mmask32((uint64_t(1) << (k_end - i)) - 1);
     chunk(i, [&src, m](int r, int64_t j) __attribute__((always_inline)) { return src.tail(r, j, m); });
   }
-  if (cols.keep && k_end < a.in) {
-#pragma GCC unroll 8
-    for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) _mm512_storeu_ps(cols.keep + (t * R + r) * 16, acc[t][r]);
-    return;
-  }
-  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
+  finish(a, cols, k_end, t0, r0, acc);
 }
 
 // A GEMM tile's rows over a chunk of tokens [c0, c1) (Gemm::chunk). Rows longer
@@ -185,8 +199,8 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
 // speed of rows of 896), and only the activations stream from L2.
 constexpr int64_t kColBlock = 1024;  // a multiple of K
 
-template <int TT, int R, class Src>
-MX_INLINE void chunk_rows(const Args& a, const Src& src, int64_t c0, int64_t c1, int64_t r0) {
+template <int TT, int R, class Tiles>
+MX_INLINE void chunk_rows(const Args& a, const Tiles& tiles, int64_t c0, int64_t c1, int64_t r0) {
   const int64_t n = c1 - c0, full = n / TT * TT;
   const bool blocked = a.in > 2 * kColBlock;  // else one pass over whole rows, nothing kept
   thread_local std::vector<float> keep;
@@ -197,11 +211,21 @@ MX_INLINE void chunk_rows(const Args& a, const Src& src, int64_t c0, int64_t c1,
   for (int64_t k0 = 0; k0 < a.in; k0 += kColBlock) {
     const int64_t k1 = a.in - k0 < 2 * kColBlock ? a.in : k0 + kColBlock;  // no short last block
     int64_t t = c0;
-    for (; t < c0 + full; t += TT) dot_rows<TT, R, false>(a, src, t, r0, cols(k0, k1, t));
-    for (; t < c1; ++t) dot_rows<1, R, false>(a, src, t, r0, cols(k0, k1, t));
+    for (; t < c0 + full; t += TT) tiles.template run<TT>(a, t, r0, cols(k0, k1, t));
+    for (; t < c1; ++t) tiles.template run<1>(a, t, r0, cols(k0, k1, t));
     if (k1 == a.in) break;
   }
 }
+
+// chunk_rows' tiles: the vdpbf16ps ones on a weight source.
+template <int R, class Src>
+struct DotTiles {
+  Src src;
+  template <int TT>
+  MX_INLINE void run(const Args& a, int64_t t0, int64_t r0, Cols cols) const {
+    dot_rows<TT, R, false>(a, src, t0, r0, cols);
+  }
+};
 
 template <int TT, int R, bool PF>
 void bf16_tile(const Args& a, int64_t t0, int64_t r0) {
@@ -222,7 +246,7 @@ struct Bf16Tiles {
 
 template <int TT, int R>
 void bf16_chunk(const Args& a, int64_t c0, int64_t c1, int64_t r0) {
-  chunk_rows<TT, R>(a, Bf16Src{static_cast<const uint16_t*>(a.w) + r0 * a.in, a.in}, c0, c1, r0);
+  chunk_rows<TT, R>(a, DotTiles<R, Bf16Src>{{static_cast<const uint16_t*>(a.w) + r0 * a.in, a.in}}, c0, c1, r0);
 }
 
 template <int TT, int R>
@@ -266,7 +290,7 @@ void on_rows(const Args& a, int64_t t0, int64_t r0) {
 
 template <int TT, int R>
 void chunk(const Args& a, int64_t c0, int64_t c1, int64_t r0) {
-  chunk_rows<TT, R>(a, Bf16Src{static_cast<const uint16_t*>(t_rows.data()), a.in}, c0, c1, r0);
+  chunk_rows<TT, R>(a, DotTiles<R, Bf16Src>{{static_cast<const uint16_t*>(t_rows.data()), a.in}}, c0, c1, r0);
 }
 
 // full / tok1 / chunk read the rows prep converted on this thread just before
@@ -280,29 +304,199 @@ constexpr Gemm gemm() {
 
 }  // namespace fp8
 
+// The same products on f32 FMAs. vdpbf16ps adds to lane l W[2l+1] * x[2l+1], then
+// W[2l] * x[2l], each rounded to nearest even, with DAZ and FTZ (Intel SDM,
+// VDPBF16PS); the products of two bf16 are exact, so two vfmadd231ps on the pairs'
+// halves widened to f32 (the high bf16 of a dword: AND 0xFFFF0000; the low: << 16),
+// odd half first, under MXCSR DAZ | FTZ, are the same IEEE operations. Where
+// vdpbf16ps issues at a quarter of vfmadd231ps's rate (Intel Xeon, Emerald Rapids:
+// 0.74 against 0.18 ns per zmm instruction, BENCHMARKS.md) the GEMM runs faster on
+// FMAs: a tile's rows are widened once per chunk of tokens (prep, as fp8::prep
+// dequantizes them), split per 32 columns into 16 floats of odd elements, then 16
+// of even ones, and the activations' halves are widened in registers. Whether this
+// CPU's vdpbf16ps is exactly these operations is checked once (fma_exact); the FMA
+// tiles are offered only where it is, so a config still never changes a bit.
+namespace fma {
+
+thread_local Buffer t_rows;  // grow-only, R x xb_stride f32 (the widened, split rows)
+
+// Sets MXCSR's DAZ and FTZ for the scope, as vdpbf16ps applies them to itself.
+struct DazFtz {
+  unsigned saved = _mm_getcsr();
+  DazFtz() { _mm_setcsr(saved | 0x8040); }
+  ~DazFtz() { _mm_setcsr(saved); }
+  DazFtz(const DazFtz&) = delete;
+  DazFtz& operator=(const DazFtz&) = delete;
+};
+
+MX_INLINE __m512 odd_half(__m512i v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xFFFF0000)))); }
+MX_INLINE __m512 even_half(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+
+// True if vdpbf16ps on this CPU gives the bits of the two FMAs above on pairs that
+// exercise rounding, cancellation, denormal inputs and results, inf and NaN (NaN: any NaN).
+bool fma_exact() {
+  static const bool exact = [] {
+    uint32_t s = 12345;
+    auto next = [&s] { return s = s * 1664525u + 1013904223u; };
+    auto bf16 = [&](int e_lo, int e_span) {
+      const uint32_t r = next();
+      uint32_t e = uint32_t(e_lo) + (r >> 8) % uint32_t(e_span);
+      if ((r & 31) == 0) e = 0;           // denormal or zero
+      if ((r >> 20 & 255) == 0) e = 255;  // inf or NaN
+      return uint16_t((r >> 31) << 15 | (e & 255) << 7 | (r >> 12 & 127));
+    };
+    alignas(64) uint16_t w[32], x[32];
+    alignas(64) uint32_t c[16];
+    alignas(64) float hw[16], em[16];
+    for (int it = 0; it < 4000; ++it) {
+      const int e_lo = it % 4 == 0 ? 1 : it % 4 == 1 ? 50 : it % 4 == 2 ? 100 : 200;  // products near 2^-126, 1, 2^127
+      for (int i = 0; i < 32; ++i) w[i] = bf16(e_lo, 30), x[i] = bf16(e_lo, 30);
+      for (int l = 0; l < 16; ++l) {
+        const uint32_t r = next();
+        c[l] = (r & 3) == 0 ? r & 0x807FFFFF : uint32_t(bf16(std::max(1, 2 * e_lo - 127), 60)) << 16 | (r >> 16);
+      }
+      const __m512i wv = _mm512_load_si512(w), xv = _mm512_load_si512(x);
+      const __m512 cv = _mm512_load_ps(reinterpret_cast<const float*>(c));
+      _mm512_store_ps(hw, _mm512_dpbf16_ps(cv, __m512bh(wv), __m512bh(xv)));
+      {
+        DazFtz g;
+        _mm512_store_ps(em, _mm512_fmadd_ps(even_half(wv), even_half(xv),
+                                            _mm512_fmadd_ps(odd_half(wv), odd_half(xv), cv)));
+      }
+      for (int l = 0; l < 16; ++l)
+        if (std::memcmp(&hw[l], &em[l], 4) != 0 && !(hw[l] != hw[l] && em[l] != em[l])) return false;
+    }
+    return true;
+  }();
+  return exact;
+}
+
+template <int R, class Src>
+void prep_rows(const Args& a, Src src) {
+  const int64_t stride = a.xb_stride;
+  const size_t bytes = size_t(R * stride) * 4;
+  if (t_rows.size() < bytes) t_rows = Buffer(std::max(bytes, t_rows.size() * 3 / 2));
+  float* dst = static_cast<float*>(t_rows.data());
+  auto put = [&](int r, int64_t i, __m512bh v) __attribute__((always_inline)) {
+    _mm512_storeu_ps(dst + r * stride + i, odd_half(__m512i(v)));
+    _mm512_storeu_ps(dst + r * stride + i + 16, even_half(__m512i(v)));
+  };
+  int64_t i = 0;
+  for (; i + K <= a.in; i += K) {
+    src.block(i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) put(r, i, src.load(r, i));
+  }
+  if (i < a.in) {  // the rest of the row as zeros, against the activations' zero padding
+    const __mmask32 m = __mmask32((uint64_t(1) << (a.in - i)) - 1);
+    src.block(i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) put(r, i, src.tail(r, i, m));
+  }
+}
+
+template <int R>
+void prep_bf16(const Args& a, int64_t, int64_t r0) {
+  prep_rows<R>(a, Bf16Src{static_cast<const uint16_t*>(a.w) + r0 * a.in, a.in});
+}
+
+template <int R>
+void prep_fp8(const Args& a, int64_t, int64_t r0) {
+  prep_rows<R>(a, Fp8Src<R>(a, r0));
+}
+
+// dot_rows' outputs on the rows prep_rows widened, two FMAs per 32 columns (the caller
+// holds DazFtz). Columns run to the zero padding of the last 32.
+template <int TT, int R>
+MX_INLINE void rows(const Args& a, int64_t t0, int64_t r0, Cols cols) {
+  const int64_t stride = a.xb_stride, k_end = cols.keep ? cols.k1 : a.in;
+  const float* w = static_cast<const float*>(t_rows.data());
+  const uint16_t* x = a.xb + t0 * stride;
+  __m512 acc[TT][R];
+  start(cols, acc);
+  auto half = [&](int64_t i, int h, auto widen) __attribute__((always_inline)) {
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      wv[r] = _mm512_loadu_ps(w + r * stride + i + 16 * h);
+      // In a register: else the compiler folds the load into each of the TT FMAs,
+      // TT loads of it where one will do (measured: load-bound).
+      __asm__("" : "+v"(wv[r]));
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) {
+      const __m512 xv = widen(_mm512_loadu_si512(x + t * stride + i));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
+    }
+  };
+  for (int64_t i = cols.k0; i < k_end; i += K) {
+    half(i, 0, [](__m512i v) __attribute__((always_inline)) { return odd_half(v); });
+    half(i, 1, [](__m512i v) __attribute__((always_inline)) { return even_half(v); });
+  }
+  finish(a, cols, k_end, t0, r0, acc);
+}
+
+template <int R>
+struct Tiles {
+  template <int TT>
+  MX_INLINE void run(const Args& a, int64_t t0, int64_t r0, Cols cols) const {
+    rows<TT, R>(a, t0, r0, cols);
+  }
+};
+
+template <int TT, int R>
+void tile(const Args& a, int64_t t0, int64_t r0) {
+  DazFtz g;
+  rows<TT, R>(a, t0, r0, {0, 0, nullptr});
+}
+
+template <int TT, int R>
+void chunk(const Args& a, int64_t c0, int64_t c1, int64_t r0) {
+  DazFtz g;
+  chunk_rows<TT, R>(a, Tiles<R>{}, c0, c1, r0);
+}
+
+// Rows left over by the tile shape take the vdpbf16ps tiles (Row1 / One): the same bits.
+template <int TT, int R, TileFn Prep, TileFn Row1, TileFn One>
+constexpr Gemm gemm() {
+  return {.tokens = TT, .rows = R, .full = tile<TT, R>, .tok1 = tile<1, R>, .row1 = Row1, .one = One,
+          .prep = Prep, .chunk = chunk<TT, R>, .fma = true};
+}
+
+}  // namespace fma
+
 // The shapes of the f32-activation kernels (so tuned entries keep naming a
 // variant): GEMV 8 / 4 rows with 2- and 4-token tiles; GEMM 4 x 6 and 8 x 3
 // (TT x R accumulators + R weight vectors + 1 activation vector <= 32 zmm).
 constexpr Gemv kBf16Gemv[] = {
     {8, bf16_tile<1, 8, true>, bf16_tile<2, 8, true>, in_subtiles<bf16_tile<4, 4, true>, 4, 8>},
     {4, bf16_tile<1, 4, true>, bf16_tile<2, 4, true>, bf16_tile<4, 4, true>}};
-constexpr Gemm kBf16Gemm[] = {bf16_gemm<4, 6>(), bf16_gemm<8, 3>()};
+// The vdpbf16ps tiles, then (fma::fma_exact) the same shapes on FMAs.
+constexpr Gemm kBf16Gemm[] = {
+    bf16_gemm<4, 6>(), bf16_gemm<8, 3>(),
+    fma::gemm<4, 6, fma::prep_bf16<6>, bf16_tile<4, 1, false>, bf16_tile<1, 1, false>>(),
+    fma::gemm<8, 3, fma::prep_bf16<3>, bf16_tile<8, 1, false>, bf16_tile<1, 1, false>>()};
 
 constexpr Gemv kFp8Gemv[] = {
     {8, fp8_tile<1, 8, true>, in_subtiles<fp8_tile<2, 4, true>, 4, 8>, in_subtiles<fp8_tile<4, 4, true>, 4, 8>},
     {4, fp8_tile<1, 4, true>, fp8_tile<2, 4, true>, fp8_tile<4, 4, true>}};
-constexpr Gemm kFp8Gemm[] = {fp8::gemm<4, 6>(), fp8::gemm<8, 3>()};
+constexpr Gemm kFp8Gemm[] = {
+    fp8::gemm<4, 6>(), fp8::gemm<8, 3>(),
+    fma::gemm<4, 6, fma::prep_fp8<6>, fp8_tile<4, 1, false>, fp8_tile<1, 1, false>>(),
+    fma::gemm<8, 3, fma::prep_fp8<3>, fp8_tile<8, 1, false>, fp8_tile<1, 1, false>>()};
+constexpr size_t kDotGemms = 2;  // the vdpbf16ps tiles, first in each
 
 }  // namespace
 
 DtypeKernels avx512_bf16dot_kernels() {
-  DtypeKernels k{nullptr, kBf16Gemv, kBf16Gemm};
+  DtypeKernels k{nullptr, kBf16Gemv, std::span(kBf16Gemm).first(fma::fma_exact() ? std::size(kBf16Gemm) : kDotGemms)};
   k.bf16_act = round_row;
   return k;
 }
 
 DtypeKernels avx512_fp8dot_kernels() {
-  DtypeKernels k{nullptr, kFp8Gemv, kFp8Gemm};
+  DtypeKernels k{nullptr, kFp8Gemv, std::span(kFp8Gemm).first(fma::fma_exact() ? std::size(kFp8Gemm) : kDotGemms)};
   k.bf16_act = round_row;
   return k;
 }

@@ -38,7 +38,9 @@
 //   products of two bf16 are exact in f32). The last partial chunk loads the
 //   weights masked (zeros) against the zero padding. Then the AVX-512 tree. The
 //   GEMV and GEMM tiles issue exactly this sequence per output, so the contract
-//   holds; what changes against the f32-activation kernels is the value of the
+//   holds (the GEMM's FMA tiles, KernelConfig::fma, issue it as two FMAs per
+//   vdpbf16ps, odd elements first, under DAZ | FTZ: offered only where this CPU's
+//   vdpbf16ps was found to be exactly that); what changes against the f32-activation kernels is the value of the
 //   product (x rounded to 8 significant bits), which matmul_bf16_activations()
 //   reports so callers and tests know which product they get.
 //
@@ -151,6 +153,8 @@ struct Gemm {
   // Optional: computes rows [r0, r0 + rows) for tokens [c0, c1) in place of the
   // full / tok1 loop (after prep), e.g. blocking the columns of long rows.
   void (*chunk)(const Args& a, int64_t c0, int64_t c1, int64_t r0) = nullptr;
+  // The bf16-activation products on f32 FMAs (KernelConfig::fma), bitwise vdpbf16ps's.
+  bool fma = false;
 };
 
 // Quantizes one token row of activations for the MXFP4 kernels (QuantAct layout);
@@ -200,8 +204,12 @@ inline Plan make_plan(const DtypeKernels& k, const KernelConfig& c) {
   Plan p{&k.gemv[0], &k.gemm[0], 1};
   for (const Gemv& g : k.gemv)
     if (g.rows == c.gemv_rows) p.gemv = &g;
+  // The config's tile; where its FMA variant is not offered (matmul_bf16dot_avx512.cpp)
+  // or the dtype has none, the same shape.
+  const Gemm* shape = nullptr;
   for (const Gemm& g : k.gemm)
-    if (g.tokens == c.tile_tokens && g.rows == c.tile_rows) p.gemm = &g;
+    if (g.tokens == c.tile_tokens && g.rows == c.tile_rows && (g.fma == c.fma || !shape)) shape = &g;
+  if (shape) p.gemm = shape;
   p.row_block = std::lcm<int64_t>(p.gemv->rows, p.gemm->rows);
   return p;
 }

@@ -91,7 +91,7 @@ bool same_gemv(const KernelConfig& a, const KernelConfig& b) {
 }
 bool same_gemm(const KernelConfig& a, const KernelConfig& b) {
   return a.tile_tokens == b.tile_tokens && a.tile_rows == b.tile_rows && a.chunk_kib == b.chunk_kib &&
-         a.rowblock_kib == b.rowblock_kib;
+         a.rowblock_kib == b.rowblock_kib && a.fma == b.fma;
 }
 
 }  // namespace
@@ -208,8 +208,9 @@ TuneResult tune_matmul(Isa isa, DType dt, TuneShape s, ThreadPool& pool, const T
   }, min_s, min_calls);
   if (g_verbose)
     for (size_t k = 0; k < gm.size(); ++k)
-      fmt::print(stderr, "  {} {} {}x{} gemm {}x{} blocking {}/{} KiB: {:.1f} us\n", isa_name(isa), dtype_name(dt),
-                 s.out, s.in, gm[k].tile_tokens, gm[k].tile_rows, gm[k].chunk_kib, gm[k].rowblock_kib, bm[k] * 1e6);
+      fmt::print(stderr, "  {} {} {}x{} gemm {}x{}{} blocking {}/{} KiB: {:.1f} us\n", isa_name(isa), dtype_name(dt),
+                 s.out, s.in, gm[k].tile_tokens, gm[k].tile_rows, gm[k].fma ? " fma" : "", gm[k].chunk_kib,
+                 gm[k].rowblock_kib, bm[k] * 1e6);
   const size_t mi = pick(bm);
   res.cfg = gm[mi];
   const double flops = 2.0 * double(s.out) * double(s.in) * double(n_gemm);
