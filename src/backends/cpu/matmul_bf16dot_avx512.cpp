@@ -7,6 +7,8 @@
 // FMA of 16 lanes, two extra uops per 16 weights on the ports the FMAs use; here a
 // 64-byte load feeds one instruction of 32 products, so prefill does twice the
 // multiply-adds per instruction and decode keeps fewer uops in flight per line.
+// (That holds on AMD Zen 4/5; on Intel Xeon vdpbf16ps issues at a quarter of the
+// FMA rate, so the GEMM has FMA tiles with the same bits: namespace fma below.)
 // FP8 weights are dequantized to bf16 (fp8 * block scale, rounded once to f32 as
 // dequantize_f32 does, then to bf16) on the fly in the GEMV and once per chunk of
 // tokens for a GEMM tile's rows, as vLLM's CPU path dequantizes block FP8 to bf16.
