@@ -46,8 +46,9 @@ struct KernelConfig {
   int chunk_kib = 256;
   int rowblock_kib = 0;
   // BF16 / F8_E4M3 weights with bf16 activations: the GEMM tile does vdpbf16ps's
-  // products on f32 FMAs (rows widened once per chunk), where that instruction is the
-  // slower (Intel). Offered only where the two give the same bits (matmul_bf16dot_avx512.cpp).
+  // products on f32 FMAs (rows widened once per chunk), for CPUs where that
+  // instruction is the slower (measured on an Intel Xeon). Offered only where the two
+  // give the same bits (matmul_bf16dot_avx512.cpp); elsewhere the same shape runs.
   bool fma = false;
   bool operator==(const KernelConfig&) const = default;
 };

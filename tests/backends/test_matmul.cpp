@@ -174,9 +174,11 @@ TEST(Matmul, Bf16ActivationKernels) {
 }
 
 // The GEMM's FMA tiles (KernelConfig::fma: vdpbf16ps's products as two rounded FMAs,
-// offered where this CPU's vdpbf16ps is exactly that) give the vdpbf16ps tiles' bits:
-// rows with a tail, long rows in column blocks, rows left over by the tile, every
-// blocking, products and sums that underflow (FTZ) and denormal weights (DAZ).
+// offered where this CPU's vdpbf16ps is exactly that) give the vdpbf16ps tiles' bits,
+// and each token's row is the 1-token (GEMV, vdpbf16ps) row: rows with a tail, long
+// rows in column blocks, rows left over by the tile, every blocking, and rows whose
+// products underflow (FTZ), whose weights are denormal (DAZ), or whose lanes are
+// normal but sum to a denormal (the tree's adds are not flushed).
 TEST(Matmul, Bf16FmaTilesGiveTheVdpbf16psBits) {
   if (!matmul_bf16_activations(Isa::Avx512))
     GTEST_SKIP() << "no bf16-activation kernels on this CPU (" << cpu_features_string() << ")";
@@ -190,18 +192,37 @@ TEST(Matmul, Bf16FmaTilesGiveTheVdpbf16psBits) {
   for (Shape s : {Shape{49, 4097, 17}, Shape{77, 301, 40}, Shape{13, 32, 9}}) {
     Weights w = make_weights(DType::BF16, s.out, s.in, rng);
     std::vector<float> x = random_vec(size_t(s.n * s.in), rng);
-    for (size_t i = 0; i < w.bf16.size(); i += 7) w.bf16[i] = uint16_t(i % 2 ? 0x0001 : 0x8040);  // denormal, tiny
-    for (size_t i = 0; i < x.size(); i += 5) x[i] = i % 2 ? 1e-30f : -3e-39f;  // products below 2^-126
+    auto wset = [&](int64_t o, int64_t i, float v) { w.bf16[size_t(o * s.in + i)] = f32_to_bf16(v); };
+    for (int64_t i = 0; i < s.in; ++i) {
+      wset(0, i, 0.0f);                                                   // row 0: lanes 0 and 1 only
+      wset(1, i, std::ldexp(1.0f + float(i % 7) / 8, -70) * (i % 2 ? 1 : -1));  // row 1: products ~2^-130
+      w.bf16[size_t(2 * s.in + i)] = uint16_t(i % 3 ? 0x0001 : 0x8003);  // row 2: denormal weights
+    }
+    wset(0, 0, std::ldexp(1.5f, -63));  // lane 0: 1.5 * 2^-126; lane 1: -1.25 * 2^-126; sum 2^-128
+    wset(0, 2, std::ldexp(-1.25f, -63));
+    for (int64_t t = 0; t < s.n; ++t) {
+      x[size_t(t * s.in)] = x[size_t(t * s.in + 2)] = std::ldexp(1.0f, -63);
+      for (int64_t i = 1; i < s.in; i += 2) x[size_t(t * s.in + i)] = std::ldexp(1.0f + float(t) / 16, -60);
+    }
     const Tensor wt = w.tensor();
-    std::vector<float> ref(size_t(s.n * s.out)), y(ref.size());
+    std::vector<float> ref(size_t(s.n * s.out)), y(ref.size()), one(size_t(s.out));
     for (const KernelConfig& c : fma) {
+      const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in) + " n=" + std::to_string(s.n) +
+                               " tile " + std::to_string(c.tile_tokens) + "x" + std::to_string(c.tile_rows) +
+                               " blocking " + std::to_string(c.chunk_kib) + "/" + std::to_string(c.rowblock_kib);
       KernelConfig dot = c;
       dot.fma = false;
+      std::fill(ref.begin(), ref.end(), NAN);
+      std::fill(y.begin(), y.end(), NAN);
       matmul_with_config(Isa::Avx512, dot, ref.data(), x.data(), wt, s.n, pool2());
       matmul_with_config(Isa::Avx512, c, y.data(), x.data(), wt, s.n, pool2());
-      EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
-          << s.out << "x" << s.in << " n=" << s.n << " tile " << c.tile_tokens << "x" << c.tile_rows << " blocking "
-          << c.chunk_kib << "/" << c.rowblock_kib;
+      EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4)) << what;
+      EXPECT_EQ(y[0], std::ldexp(1.0f, -128)) << what << ": lanes summing to a denormal";
+      for (int64_t t = 0; t < s.n; ++t) {
+        std::fill(one.begin(), one.end(), NAN);
+        matmul_with_config(Isa::Avx512, c, one.data(), x.data() + t * s.in, wt, 1, pool1());
+        ASSERT_EQ(0, std::memcmp(one.data(), y.data() + t * s.out, one.size() * 4)) << what << " row " << t;
+      }
     }
   }
 }

@@ -429,20 +429,21 @@ std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   const std::vector<int> pfs = isa == Isa::Avx512 ? std::vector<int>{1024, 0, 512, 2048} : std::vector<int>{0};
   // GEMM blocking {chunk_kib, rowblock_kib}: activations in L2 with every row streaming
   // past, or an L1-sized chunk against L2-sized row blocks. The float tiles default to
-  // the first; the FMA tiles of bf16 activations widen a tile's rows once per chunk, so
-  // a larger one pays that less often on long rows (1024 KiB: 896 x 4864 1.24x on Intel). AVX2's MXFP4 tiles read each token's activations once per 16-block group
+  // the first. The FMA tiles of bf16 activations widen a tile's rows once per chunk,
+  // so they also try a larger one (1024 KiB: 896 x 4864 1.24x on Intel Xeon). AVX2's MXFP4 tiles read each token's activations once per 16-block group
   // per row, so they default to the second (measured up to 1.4x on 64-token GEMMs);
   // AVX-512's (the regrouping ones) unpack a tile's rows once per chunk of tokens, so an
   // L2-sized chunk against L2-sized row blocks (an L1-sized chunk is 4 tokens of
   // 4864-wide rows).
-  std::vector<std::pair<int, int>> blk = {{256, 0}, {32, 512}, {1024, 0}};
+  std::vector<std::pair<int, int>> blk = {{256, 0}, {32, 512}};
   if (dtype == DType::MXFP4)
     blk = dk->mx_regroup ? std::vector<std::pair<int, int>>{{256, 256}, {32, 256}, {256, 0}}
                          : std::vector<std::pair<int, int>>{{32, 256}, {256, 0}};
   for (int pf : pfs)
     for (const Gemv& g : dk->gemv)
       for (const Gemm& m : dk->gemm)
-        for (auto [ck, rb] : blk) v.push_back({g.rows, m.tokens, m.rows, pf, ck, rb, m.fma});
+        for (auto [ck, rb] : m.fma ? std::vector<std::pair<int, int>>{{1024, 0}, {256, 0}, {32, 512}} : blk)
+          v.push_back({g.rows, m.tokens, m.rows, pf, ck, rb, m.fma});
   return v;
 }
 

@@ -114,8 +114,10 @@ struct Fp8Src {
   MX_INLINE __m512bh load(int r, int64_t i) const {
     return cvt(r, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * in + i)));
   }
+  // Lanes past the row are +0, as Bf16Src's (code 0 would give bf16(0 * s): -0 for a
+  // negative scale, NaN for an inf one).
   MX_INLINE __m512bh tail(int r, int64_t i, __mmask32 m) const {
-    return cvt(r, _mm256_maskz_loadu_epi8(m, w + r * in + i));
+    return __m512bh(_mm512_maskz_mov_epi16(m, __m512i(cvt(r, _mm256_maskz_loadu_epi8(m, w + r * in + i)))));
   }
 };
 
@@ -196,7 +198,7 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
 
 // A GEMM tile's rows over a chunk of tokens [c0, c1) (Gemm::chunk). Rows longer
 // than 2 * kColBlock go in column blocks of kColBlock: the block's R rows (R x 2
-// KiB) then stay in L1 while every token tile of the chunk passes, where a whole
+// KiB of bf16, R x 4 KiB widened for the FMA tiles) then stay in L1 while every token tile of the chunk passes, where a whole
 // long row set would not (the f32 scheme's rows of 4864 bf16 ran at ~0.7x the
 // speed of rows of 896), and only the activations stream from L2.
 constexpr int64_t kColBlock = 1024;  // a multiple of K
@@ -219,9 +221,27 @@ MX_INLINE void chunk_rows(const Args& a, const Tiles& tiles, int64_t c0, int64_t
   }
 }
 
-// chunk_rows' tiles: the vdpbf16ps ones on a weight source.
+// Calls put(r, i, m, v) with the 32 columns at i of each of the source's R rows as
+// bf16, over the whole row: m masks the columns inside it (the last 32 are zero past it).
+template <int R, class Src, class Put>
+MX_INLINE void each_chunk(const Args& a, Src src, Put put) {
+  int64_t i = 0;
+  for (; i + K <= a.in; i += K) {
+    src.block(i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) put(r, i, ~__mmask32(0), src.load(r, i));
+  }
+  if (i < a.in) {
+    const __mmask32 m = __mmask32((uint64_t(1) << (a.in - i)) - 1);
+    src.block(i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) put(r, i, m, src.tail(r, i, m));
+  }
+}
+
+// chunk_rows' tiles: the vdpbf16ps ones on a weight source (fma::ChunkFma: on FMAs).
 template <int R, class Src>
-struct DotTiles {
+struct ChunkDot {
   Src src;
   template <int TT>
   MX_INLINE void run(const Args& a, int64_t t0, int64_t r0, Cols cols) const {
@@ -248,7 +268,7 @@ struct Bf16Tiles {
 
 template <int TT, int R>
 void bf16_chunk(const Args& a, int64_t c0, int64_t c1, int64_t r0) {
-  chunk_rows<TT, R>(a, DotTiles<R, Bf16Src>{{static_cast<const uint16_t*>(a.w) + r0 * a.in, a.in}}, c0, c1, r0);
+  chunk_rows<TT, R>(a, ChunkDot<R, Bf16Src>{{static_cast<const uint16_t*>(a.w) + r0 * a.in, a.in}}, c0, c1, r0);
 }
 
 template <int TT, int R>
@@ -270,19 +290,9 @@ void prep(const Args& a, int64_t, int64_t r0) {
   const size_t bytes = size_t(R * a.in) * 2;
   if (t_rows.size() < bytes) t_rows = Buffer(std::max(bytes, t_rows.size() * 3 / 2));
   uint16_t* dst = static_cast<uint16_t*>(t_rows.data());
-  Fp8Src<R> src(a, r0);
-  int64_t i = 0;
-  for (; i + K <= a.in; i += K) {
-    src.block(i);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) _mm512_storeu_si512(dst + r * a.in + i, __m512i(src.load(r, i)));
-  }
-  if (i < a.in) {
-    const __mmask32 m = __mmask32((uint64_t(1) << (a.in - i)) - 1);
-    src.block(i);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) _mm512_mask_storeu_epi16(dst + r * a.in + i, m, __m512i(src.tail(r, i, m)));
-  }
+  each_chunk<R>(a, Fp8Src<R>(a, r0), [&](int r, int64_t i, __mmask32 m, __m512bh v) __attribute__((always_inline)) {
+    _mm512_mask_storeu_epi16(dst + r * a.in + i, m, __m512i(v));
+  });
 }
 
 template <int TT, int R>
@@ -292,7 +302,7 @@ void on_rows(const Args& a, int64_t t0, int64_t r0) {
 
 template <int TT, int R>
 void chunk(const Args& a, int64_t c0, int64_t c1, int64_t r0) {
-  chunk_rows<TT, R>(a, DotTiles<R, Bf16Src>{{static_cast<const uint16_t*>(t_rows.data()), a.in}}, c0, c1, r0);
+  chunk_rows<TT, R>(a, ChunkDot<R, Bf16Src>{{static_cast<const uint16_t*>(t_rows.data()), a.in}}, c0, c1, r0);
 }
 
 // full / tok1 / chunk read the rows prep converted on this thread just before
@@ -322,10 +332,11 @@ namespace fma {
 
 thread_local Buffer t_rows;  // grow-only, R x xb_stride f32 (the widened, split rows)
 
-// Sets MXCSR's DAZ and FTZ for the scope, as vdpbf16ps applies them to itself.
+// MXCSR for the scope as vdpbf16ps applies it to itself: DAZ, FTZ, round to nearest even.
+// Only around the products: the tree's adds (finish) run as in the vdpbf16ps tiles.
 struct DazFtz {
   unsigned saved = _mm_getcsr();
-  DazFtz() { _mm_setcsr(saved | 0x8040); }
+  DazFtz() { _mm_setcsr((saved & ~0x6000u) | 0x8040); }
   ~DazFtz() { _mm_setcsr(saved); }
   DazFtz(const DazFtz&) = delete;
   DazFtz& operator=(const DazFtz&) = delete;
@@ -335,7 +346,8 @@ MX_INLINE __m512 odd_half(__m512i v) { return _mm512_castsi512_ps(_mm512_and_si5
 MX_INLINE __m512 even_half(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
 
 // True if vdpbf16ps on this CPU gives the bits of the two FMAs above on pairs that
-// exercise rounding, cancellation, denormal inputs and results, inf and NaN (NaN: any NaN).
+// exercise rounding, cancellation, denormal inputs and results, inf and NaN (a NaN
+// matches any NaN: which NaN comes out is not part of the contract, matmul_impl.h).
 bool fma_exact() {
   static const bool exact = [] {
     uint32_t s = 12345;
@@ -351,11 +363,13 @@ bool fma_exact() {
     alignas(64) uint32_t c[16];
     alignas(64) float hw[16], em[16];
     for (int it = 0; it < 4000; ++it) {
-      const int e_lo = it % 4 == 0 ? 1 : it % 4 == 1 ? 50 : it % 4 == 2 ? 100 : 200;  // products near 2^-126, 1, 2^127
+      // bf16 exponents from e_lo: products far below 2^-126, around 2^-126 (denormal
+      // products and sums), around 1, and up to past 2^127 (rounding to inf)
+      const int e_lo = it % 4 == 0 ? 1 : it % 4 == 1 ? 50 : it % 4 == 2 ? 100 : 180;
       for (int i = 0; i < 32; ++i) w[i] = bf16(e_lo, 30), x[i] = bf16(e_lo, 30);
       for (int l = 0; l < 16; ++l) {
         const uint32_t r = next();
-        c[l] = (r & 3) == 0 ? r & 0x807FFFFF : uint32_t(bf16(std::max(1, 2 * e_lo - 127), 60)) << 16 | (r >> 16);
+        c[l] = (r & 3) == 0 ? r & 0x807FFFFF : uint32_t(bf16(std::clamp(2 * e_lo - 127, 1, 194), 60)) << 16 | (r >> 16);
       }
       const __m512i wv = _mm512_load_si512(w), xv = _mm512_load_si512(x);
       const __m512 cv = _mm512_load_ps(reinterpret_cast<const float*>(c));
@@ -379,22 +393,11 @@ void prep_rows(const Args& a, Src src) {
   const size_t bytes = size_t(R * stride) * 4;
   if (t_rows.size() < bytes) t_rows = Buffer(std::max(bytes, t_rows.size() * 3 / 2));
   float* dst = static_cast<float*>(t_rows.data());
-  auto put = [&](int r, int64_t i, __m512bh v) __attribute__((always_inline)) {
+  // The last 32 columns whole: zeros past the row, against the activations' zero padding.
+  each_chunk<R>(a, src, [&](int r, int64_t i, __mmask32, __m512bh v) __attribute__((always_inline)) {
     _mm512_storeu_ps(dst + r * stride + i, odd_half(__m512i(v)));
     _mm512_storeu_ps(dst + r * stride + i + 16, even_half(__m512i(v)));
-  };
-  int64_t i = 0;
-  for (; i + K <= a.in; i += K) {
-    src.block(i);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) put(r, i, src.load(r, i));
-  }
-  if (i < a.in) {  // the rest of the row as zeros, against the activations' zero padding
-    const __mmask32 m = __mmask32((uint64_t(1) << (a.in - i)) - 1);
-    src.block(i);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) put(r, i, src.tail(r, i, m));
-  }
+  });
 }
 
 template <int R>
@@ -407,10 +410,10 @@ void prep_fp8(const Args& a, int64_t, int64_t r0) {
   prep_rows<R>(a, Fp8Src<R>(a, r0));
 }
 
-// dot_rows' outputs on the rows prep_rows widened, two FMAs per 32 columns (the caller
-// holds DazFtz). Columns run to the zero padding of the last 32.
+// dot_rows' outputs on the rows prep_rows widened, two FMAs per 32 columns. Columns
+// run to the zero padding of the last 32.
 template <int TT, int R>
-MX_INLINE void rows(const Args& a, int64_t t0, int64_t r0, Cols cols) {
+MX_INLINE void dot_widened(const Args& a, int64_t t0, int64_t r0, Cols cols) {
   const int64_t stride = a.xb_stride, k_end = cols.keep ? cols.k1 : a.in;
   const float* w = static_cast<const float*>(t_rows.data());
   const uint16_t* x = a.xb + t0 * stride;
@@ -432,38 +435,44 @@ MX_INLINE void rows(const Args& a, int64_t t0, int64_t r0, Cols cols) {
       for (int r = 0; r < R; ++r) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
     }
   };
-  for (int64_t i = cols.k0; i < k_end; i += K) {
-    half(i, 0, [](__m512i v) __attribute__((always_inline)) { return odd_half(v); });
-    half(i, 1, [](__m512i v) __attribute__((always_inline)) { return even_half(v); });
+  {
+    DazFtz g;
+    for (int64_t i = cols.k0; i < k_end; i += K) {
+      half(i, 0, [](__m512i v) __attribute__((always_inline)) { return odd_half(v); });
+      half(i, 1, [](__m512i v) __attribute__((always_inline)) { return even_half(v); });
+    }
   }
   finish(a, cols, k_end, t0, r0, acc);
 }
 
 template <int R>
-struct Tiles {
+struct ChunkFma {
   template <int TT>
   MX_INLINE void run(const Args& a, int64_t t0, int64_t r0, Cols cols) const {
-    rows<TT, R>(a, t0, r0, cols);
+    dot_widened<TT, R>(a, t0, r0, cols);
   }
 };
 
 template <int TT, int R>
 void tile(const Args& a, int64_t t0, int64_t r0) {
-  DazFtz g;
-  rows<TT, R>(a, t0, r0, {0, 0, nullptr});
+  dot_widened<TT, R>(a, t0, r0, {0, 0, nullptr});
 }
 
 template <int TT, int R>
 void chunk(const Args& a, int64_t c0, int64_t c1, int64_t r0) {
-  DazFtz g;
-  chunk_rows<TT, R>(a, Tiles<R>{}, c0, c1, r0);
+  chunk_rows<TT, R>(a, ChunkFma<R>{}, c0, c1, r0);
 }
 
-// Rows left over by the tile shape take the vdpbf16ps tiles (Row1 / One): the same bits.
-template <int TT, int R, TileFn Prep, TileFn Row1, TileFn One>
-constexpr Gemm gemm() {
-  return {.tokens = TT, .rows = R, .full = tile<TT, R>, .tok1 = tile<1, R>, .row1 = Row1, .one = One,
-          .prep = Prep, .chunk = chunk<TT, R>, .fma = true};
+// The vdpbf16ps GEMM `g` of the same shape with its rows and tokens on FMAs; rows
+// left over by the tile shape keep g's vdpbf16ps tiles (row1 / one): the same bits.
+template <int TT, int R>
+constexpr Gemm over(Gemm g, TileFn prep) {
+  g.full = tile<TT, R>;
+  g.tok1 = tile<1, R>;
+  g.prep = prep;
+  g.chunk = chunk<TT, R>;
+  g.fma = true;
+  return g;
 }
 
 }  // namespace fma
@@ -477,16 +486,14 @@ constexpr Gemv kBf16Gemv[] = {
 // The vdpbf16ps tiles, then (fma::fma_exact) the same shapes on FMAs.
 constexpr Gemm kBf16Gemm[] = {
     bf16_gemm<4, 6>(), bf16_gemm<8, 3>(),
-    fma::gemm<4, 6, fma::prep_bf16<6>, bf16_tile<4, 1, false>, bf16_tile<1, 1, false>>(),
-    fma::gemm<8, 3, fma::prep_bf16<3>, bf16_tile<8, 1, false>, bf16_tile<1, 1, false>>()};
+    fma::over<4, 6>(bf16_gemm<4, 6>(), fma::prep_bf16<6>), fma::over<8, 3>(bf16_gemm<8, 3>(), fma::prep_bf16<3>)};
 
 constexpr Gemv kFp8Gemv[] = {
     {8, fp8_tile<1, 8, true>, in_subtiles<fp8_tile<2, 4, true>, 4, 8>, in_subtiles<fp8_tile<4, 4, true>, 4, 8>},
     {4, fp8_tile<1, 4, true>, fp8_tile<2, 4, true>, fp8_tile<4, 4, true>}};
 constexpr Gemm kFp8Gemm[] = {
     fp8::gemm<4, 6>(), fp8::gemm<8, 3>(),
-    fma::gemm<4, 6, fma::prep_fp8<6>, fp8_tile<4, 1, false>, fp8_tile<1, 1, false>>(),
-    fma::gemm<8, 3, fma::prep_fp8<3>, fp8_tile<8, 1, false>, fp8_tile<1, 1, false>>()};
+    fma::over<4, 6>(fp8::gemm<4, 6>(), fma::prep_fp8<6>), fma::over<8, 3>(fp8::gemm<8, 3>(), fma::prep_fp8<3>)};
 constexpr size_t kDotGemms = 2;  // the vdpbf16ps tiles, first in each
 
 }  // namespace

@@ -32,17 +32,19 @@
 //   The activations are rounded to bf16 once per call, per token row (round to
 //   nearest even, as vcvtne2ps2bf16 does: denormals flushed to zero), zero-padded
 //   to a multiple of 32. Every output owns one 16-lane accumulator starting at +0;
-//   for each 32-element chunk k of the row, in increasing k, one vdpbf16ps adds
-//   W[o, 32k + 2l] * x[32k + 2l] + W[o, 32k + 2l + 1] * x[32k + 2l + 1] to lane l
+//   for each 32-element chunk k of the row, in increasing k, one vdpbf16ps adds to
+//   lane l W[o, 32k + 2l + 1] * x[32k + 2l + 1], then W[o, 32k + 2l] * x[32k + 2l]
 //   (the instruction's own fixed rounding: DAZ, FTZ, round to nearest even; the
 //   products of two bf16 are exact in f32). The last partial chunk loads the
-//   weights masked (zeros) against the zero padding. Then the AVX-512 tree. The
-//   GEMV and GEMM tiles issue exactly this sequence per output, so the contract
-//   holds (the GEMM's FMA tiles, KernelConfig::fma, issue it as two FMAs per
-//   vdpbf16ps, odd elements first, under DAZ | FTZ: offered only where this CPU's
-//   vdpbf16ps was found to be exactly that); what changes against the f32-activation kernels is the value of the
-//   product (x rounded to 8 significant bits), which matmul_bf16_activations()
-//   reports so callers and tests know which product they get.
+//   weights masked (zeros) against the zero padding. Then the AVX-512 tree, under
+//   the caller's MXCSR. The GEMV and GEMM tiles issue exactly this sequence per
+//   output, so the contract holds. The GEMM's FMA tiles (KernelConfig::fma) issue
+//   each vdpbf16ps as those two FMAs under DAZ | FTZ; they are offered only where
+//   this CPU's vdpbf16ps was found to be exactly that. Which NaN an output holds,
+//   when it is NaN, is not part of the contract. What changes against the
+//   f32-activation kernels is the value of the product (x rounded to 8 significant
+//   bits), which matmul_bf16_activations() reports so callers and tests know which
+//   product they get.
 //
 // MXFP4 weights (int8 dot products, identical bits on every ISA):
 //   Activations are quantized per token row, per 32-block b: s_b = amax_b / 127,
