@@ -430,8 +430,9 @@ std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   // GEMM blocking {chunk_kib, rowblock_kib}: activations in L2 with every row streaming
   // past, or an L1-sized chunk against L2-sized row blocks. The float tiles default to
   // the first. The FMA tiles of bf16 activations widen a tile's rows once per chunk,
-  // so they also try a larger one (1024 KiB: 896 x 4864 1.24x on Intel Xeon). AVX2's MXFP4 tiles read each token's activations once per 16-block group
-  // per row, so they default to the second (measured up to 1.4x on 64-token GEMMs);
+  // so they also try a larger one (1024 KiB: 896 x 4864 1.24x on Intel Xeon). AVX2's
+  // MXFP4 tiles read each token's activations once per 16-block group per row, so
+  // they default to the second (measured up to 1.4x on 64-token GEMMs);
   // AVX-512's (the regrouping ones) unpack a tile's rows once per chunk of tokens, so an
   // L2-sized chunk against L2-sized row blocks (an L1-sized chunk is 4 tokens of
   // 4864-wide rows).

@@ -198,9 +198,10 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
 
 // A GEMM tile's rows over a chunk of tokens [c0, c1) (Gemm::chunk). Rows longer
 // than 2 * kColBlock go in column blocks of kColBlock: the block's R rows (R x 2
-// KiB of bf16, R x 4 KiB widened for the FMA tiles) then stay in L1 while every token tile of the chunk passes, where a whole
-// long row set would not (the f32 scheme's rows of 4864 bf16 ran at ~0.7x the
-// speed of rows of 896), and only the activations stream from L2.
+// KiB of bf16, R x 4 KiB widened for the FMA tiles) then stay in L1 while every
+// token tile of the chunk passes, where a whole long row set would not (the f32
+// scheme's rows of 4864 bf16 ran at ~0.7x the speed of rows of 896), and only the
+// activations stream from L2.
 constexpr int64_t kColBlock = 1024;  // a multiple of K
 
 template <int TT, int R, class Tiles>
@@ -342,7 +343,10 @@ struct DazFtz {
   DazFtz& operator=(const DazFtz&) = delete;
 };
 
-MX_INLINE __m512 odd_half(__m512i v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xFFFF0000)))); }
+// The odd (high) and even (low) bf16 of each dword, as f32.
+MX_INLINE __m512 odd_half(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xFFFF0000))));
+}
 MX_INLINE __m512 even_half(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
 
 // True if vdpbf16ps on this CPU gives the bits of the two FMAs above on pairs that
