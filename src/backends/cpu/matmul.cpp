@@ -440,11 +440,12 @@ std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   if (dtype == DType::MXFP4)
     blk = dk->mx_regroup ? std::vector<std::pair<int, int>>{{256, 256}, {32, 256}, {256, 0}}
                          : std::vector<std::pair<int, int>>{{32, 256}, {256, 0}};
+  std::vector<std::pair<int, int>> fma_blk = blk;  // the float tiles', a larger chunk first
+  fma_blk.insert(fma_blk.begin(), {1024, 0});
   for (int pf : pfs)
     for (const Gemv& g : dk->gemv)
       for (const Gemm& m : dk->gemm)
-        for (auto [ck, rb] : m.fma ? std::vector<std::pair<int, int>>{{1024, 0}, {256, 0}, {32, 512}} : blk)
-          v.push_back({g.rows, m.tokens, m.rows, pf, ck, rb, m.fma});
+        for (auto [ck, rb] : m.fma ? fma_blk : blk) v.push_back({g.rows, m.tokens, m.rows, pf, ck, rb, m.fma});
   return v;
 }
 
