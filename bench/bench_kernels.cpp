@@ -169,7 +169,7 @@ GEMM(F8_E4M3, 896, 4864);
 // `layers` > 1 the calls go round that many caches, as a decode step goes
 // through a model's layers: 24 layers of 4096 positions (50 MB in bf16) do not
 // stay in this machine's L3, so the cache comes from DRAM as it does in the model.
-void BM_Attention(benchmark::State& st, AttnProducts products, DType cache, bool mla) {
+void BM_Attention(benchmark::State& st, AttnProducts products, DType cache, bool mla, bool fma = false) {
   const int ctx = int(st.range(0)), n_q = int(st.range(1)), layers = int(st.range(2));
   const int H = mla ? 16 : 14, G = mla ? 1 : 2, hd = mla ? 288 : 64, vd = mla ? 256 : 64, bs = 16;
   const int blocks = (ctx + bs - 1) / bs;
@@ -177,6 +177,14 @@ void BM_Attention(benchmark::State& st, AttnProducts products, DType cache, bool
     st.SkipWithError("no AVX512-BF16 on this CPU");
     return;
   }
+  if (fma && !attention_bf16_fma_supported()) {
+    st.SkipWithError("vdpbf16ps is not two FMAs on this CPU");
+    return;
+  }
+  struct FmaSetting {  // this benchmark's choice, the table's back after it
+    bool was;
+    ~FmaSetting() { set_attention_bf16_fma(was); }
+  } fma_setting{set_attention_bf16_fma(fma)};
   const Isa isa = products == AttnProducts::Bf16 ? Isa::Avx512 : best_isa();
   const int64_t kwidth = int64_t(G) * hd, vwidth = mla ? 0 : int64_t(G) * vd, slots = int64_t(blocks) * bs;
   std::vector<Buffer> k, v;
@@ -207,6 +215,7 @@ void BM_Attention(benchmark::State& st, AttnProducts products, DType cache, bool
   st.counters["GFLOP/s"] = per_second(2.0 * (hd + vd) * pairs / 1e9);
   st.counters["GB/s"] = per_second(double(dtype_bytes(cache, int64_t(ctx) * (kwidth + vwidth))) / 1e9);
   st.SetLabel(std::string(isa_name(isa)) + (products == AttnProducts::Bf16 ? " bf16 products" : " f32 products") +
+              (fma ? " on FMAs" : "") +
               ", " + dtype_name(cache) + " cache" + (mla ? ", MLA" : ""));
 }
 
@@ -224,6 +233,13 @@ BENCHMARK_CAPTURE(BM_Attention, Bf16_BF16_MLA, AttnProducts::Bf16, DType::BF16, 
     ->Args({4096, 512, 1})->Args({4096, 1, 1})->Args({16384, 1, 1})->Args({4096, 1, 12})
     ->ArgNames({"ctx", "q", "layers"})
     ->UseRealTime();
+// The bf16 products' prefill tiles on FMAs (attention.h; the same bits), on a chunk.
+BENCHMARK_CAPTURE(BM_Attention, Bf16Fma_BF16, AttnProducts::Bf16, DType::BF16, false, true)
+    ->Args({4096, 512, 1})->Args({16384, 512, 1})->ArgNames({"ctx", "q", "layers"})->UseRealTime();
+BENCHMARK_CAPTURE(BM_Attention, Bf16Fma_F8_E4M3, AttnProducts::Bf16, DType::F8_E4M3, false, true)
+    ->Args({4096, 512, 1})->ArgNames({"ctx", "q", "layers"})->UseRealTime();
+BENCHMARK_CAPTURE(BM_Attention, Bf16Fma_BF16_MLA, AttnProducts::Bf16, DType::BF16, true, true)
+    ->Args({4096, 512, 1})->ArgNames({"ctx", "q", "layers"})->UseRealTime();
 
 // --- STREAM-like bandwidth, parallel over the same pool -------------------------
 

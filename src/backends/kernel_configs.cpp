@@ -68,17 +68,20 @@ std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::s
       MX_CHECK(parsed_isa, "{}: unknown isa '{}' (scalar, avx2, avx512, sm80, sm90, gfx90a, gfx940, gfx1030)", where, isa);
       t.isa = *parsed_isa;
       KernelConfig& c = t.cfg;
-      c.gemv_rows = e.at("gemv_rows").get<int>();
-      c.tile_tokens = e.at("tile_tokens").get<int>();
-      c.tile_rows = e.at("tile_rows").get<int>();
-      c.prefetch = e.at("prefetch").get<int>();
-      c.chunk_kib = e.at("chunk_kib").get<int>();
-      c.rowblock_kib = e.at("rowblock_kib").get<int>();
+      if (t.op != "attention") {  // attention's entry only says where its bf16 products run ("fma")
+        c.gemv_rows = e.at("gemv_rows").get<int>();
+        c.tile_tokens = e.at("tile_tokens").get<int>();
+        c.tile_rows = e.at("tile_rows").get<int>();
+        c.prefetch = e.at("prefetch").get<int>();
+        c.chunk_kib = e.at("chunk_kib").get<int>();
+        c.rowblock_kib = e.at("rowblock_kib").get<int>();
+      }
       if (e.contains("fma")) c.fma = e.at("fma").get<bool>();
       if (e.contains("note")) t.note = e.at("note").get<std::string>();
       if (e.contains("cpu")) t.cpu = e.at("cpu").get<std::string>();
       MX_CHECK(!t.op.empty() && t.out >= 0 && t.in >= 0 && (t.out == 0) == (t.in == 0), "{}: bad op or shape",
                where);
+      MX_CHECK(t.op != "attention" || t.out == 0, "{}: an attention entry has no shape (out = in = 0)", where);
       MX_CHECK(c.gemv_rows >= 1 && c.gemv_rows <= 64 && c.tile_tokens >= 1 && c.tile_tokens <= 16 &&
                    c.tile_rows >= 1 && c.tile_rows <= 16 && c.prefetch >= 0 && c.prefetch <= (1 << 20) &&
                    c.chunk_kib >= 1 && c.chunk_kib <= (1 << 20) && c.rowblock_kib >= 0 &&
@@ -98,11 +101,12 @@ std::string write_kernel_configs(const std::vector<TunedEntry>& entries, const s
   for (size_t i = 0; i < entries.size(); ++i) {
     const TunedEntry& e = entries[i];
     const KernelConfig& c = e.cfg;
-    o += fmt::format(
-        "    {{\"op\": {}, \"dtype\": \"{}\", \"out\": {}, \"in\": {}, \"isa\": \"{}\", \"gemv_rows\": {}, "
-        "\"tile_tokens\": {}, \"tile_rows\": {}, \"prefetch\": {}, \"chunk_kib\": {}, \"rowblock_kib\": {}",
-        nlohmann::json(e.op).dump(), dtype_name(e.dtype), e.out, e.in, isa_name(e.isa), c.gemv_rows, c.tile_tokens,
-        c.tile_rows, c.prefetch, c.chunk_kib, c.rowblock_kib);
+    o += fmt::format("    {{\"op\": {}, \"dtype\": \"{}\", \"out\": {}, \"in\": {}, \"isa\": \"{}\"",
+                     nlohmann::json(e.op).dump(), dtype_name(e.dtype), e.out, e.in, isa_name(e.isa));
+    if (e.op != "attention")
+      o += fmt::format(", \"gemv_rows\": {}, \"tile_tokens\": {}, \"tile_rows\": {}, \"prefetch\": {}, \"chunk_kib\": {}, "
+                       "\"rowblock_kib\": {}",
+                       c.gemv_rows, c.tile_tokens, c.tile_rows, c.prefetch, c.chunk_kib, c.rowblock_kib);
     if (c.fma) o += ", \"fma\": true";
     if (!e.cpu.empty()) o += fmt::format(", \"cpu\": {}", nlohmann::json(e.cpu).dump());
     if (!e.note.empty()) o += fmt::format(", \"note\": {}", nlohmann::json(e.note).dump());

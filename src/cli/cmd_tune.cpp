@@ -47,7 +47,9 @@ std::set<std::pair<DType, TuneShape>> model_shapes(const std::string& path) {
 }  // namespace
 
 Command add_tune(CLI::App& app) {
-  auto* s = app.add_subcommand("tune", "Measure kernel configs for a model's matmul shapes and write a kernel config file");
+  auto* s = app.add_subcommand("tune",
+                               "Measure kernel configs for a model's matmul shapes (and attention's bf16 products) and "
+                               "write a kernel config file");
   auto a = std::make_shared<TuneArgs>();
   auto* src = s->add_option("--model", a->model, "Tune every matmul shape and dtype this model runs");
   s->add_flag("--synthetic", a->synthetic, "Tune the committed table's shape set (all synthetic presets + stories260K)")
@@ -118,6 +120,10 @@ Command add_tune(CLI::App& app) {
                 entries.insert(entries.end(), e.begin(), e.end());
               }
             }
+            // Attention's bf16 products: with the AVX-512 kernels, unless --dtypes leaves out BF16.
+            const bool bf16 = a->dtypes.empty() || std::find(dtypes.begin(), dtypes.end(), DType::BF16) != dtypes.end();
+            if (bf16 && std::find(isas.begin(), isas.end(), Isa::Avx512) != isas.end())
+              if (auto e = tune_attention(pool, a->opts, cpu)) entries.push_back(*e);
             std::vector<TunedEntry> base;
             std::string about = fmt::format("Written by mxserve tune ({} threads, CPU {} ({}), {}).", pool.size(),
                                             cpu_model_name(), cpu_key(), cpu_features_string());

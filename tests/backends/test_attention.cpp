@@ -4,7 +4,9 @@
 // 64, in chunks at arbitrary points, next to other sequences' tokens, on 1 or 3
 // threads), and it matches a double-precision softmax over the cache's values
 // (for bf16 products: over the bf16-rounded queries, keys and values) for F32 /
-// BF16 / FP8 caches, GQA and MLA's values-in-K layout.
+// BF16 / FP8 caches, GQA and MLA's values-in-K layout. Where vdpbf16ps is two FMAs
+// (bf16_fma_avx512.h), the bf16 products on FMAs too, and they give the
+// vdpbf16ps kernel's bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +21,7 @@
 #include "core/thread_pool.h"
 #include "backends/backend.h"
 #include "backends/cpu/attention.h"
+#include "backends/registry.h"
 #include "backends/cpu_test_util.h"
 
 namespace mx {
@@ -77,15 +80,31 @@ Cache make_cache(int H, int G, int hd, int vdim, int bs, int n, bool mla, DType 
 struct Path {
   Isa isa;
   AttnProducts products;
-  std::string name() const { return std::string(isa_name(isa)) + (products == AttnProducts::Bf16 ? "+bf16" : ""); }
+  bool fma = false;  // bf16 products: the wide tiles on FMAs (attention.h)
+  std::string name() const {
+    return std::string(isa_name(isa)) + (products == AttnProducts::Bf16 ? "+bf16" : "") + (fma ? " on FMAs" : "");
+  }
 };
+// Says once why the bf16 products on FMAs are not tested, where they are not.
+bool bf16_fma_testable() {
+  static const bool ok = [] {
+    const bool yes = attention_bf16_fma_supported();
+    if (!yes && attention_bf16_supported(Isa::Avx512))
+      std::printf("[ attention ] bf16 products on FMAs not tested: this CPU's vdpbf16ps is not two FMAs (%s)\n",
+                  cpu_features_string().c_str());
+    return yes;
+  }();
+  return ok;
+}
 std::vector<Path> paths() {
   std::vector<Path> out;
   for (Isa isa : mxtest::cpu_isas()) out.push_back({isa, AttnProducts::F32});
-  if (attention_bf16_supported(Isa::Avx512))
+  if (attention_bf16_supported(Isa::Avx512)) {
     out.push_back({Isa::Avx512, AttnProducts::Bf16});
-  else
+    if (bf16_fma_testable()) out.push_back({Isa::Avx512, AttnProducts::Bf16, true});
+  } else {
     std::printf("[ attention ] bf16 products not tested: no AVX512-BF16 here (%s)\n", cpu_features_string().c_str());
+  }
   return out;
 }
 
@@ -96,8 +115,10 @@ std::vector<float> attend(Path path, Cache& c, const std::vector<float>& q, cons
                           const std::vector<int32_t>& pos, float scale, ThreadPool& pool) {
   std::vector<float> out(seq.size() * c.H * c.vd(), -7.0f);
   AttnScratch scratch;
+  const bool fma_was = set_attention_bf16_fma(path.fma);
   cpu_paged_attention(path.isa, path.products, out.data(), q.data(), c.H * c.hd, c.kv(), c.args(scale),
                       c.tables.data(), c.max_blocks, seq.data(), pos.data(), int64_t(seq.size()), pool, scratch);
+  set_attention_bf16_fma(fma_was);
   return out;
 }
 
@@ -200,6 +221,62 @@ TEST(CpuAttention, LaterNonFiniteValuesDoNotReachEarlierQueries) {
         ASSERT_TRUE(same_bits(o.data(), whole.data() + size_t(i) * row, row)) << at;
       }
     }
+}
+
+// The bf16 products' wide tiles on FMAs against vdpbf16ps, bit for bit: GQA, Qwen3's
+// groups of 7, odd head and value dims (keys packed, not read in place), MLA, BF16 and
+// FP8 caches. Inputs at ordinary sizes; queries scaled so that Q.K^T's products and
+// sums fall to denormals (flushed inside, as vdpbf16ps flushes them) and come back
+// normal after the scale (the caller's MXCSR); a large scale, so weights underflow;
+// values scaled so that P.V's products and sums are denormal and signed zeros reach
+// the first-key-only pairs (whose odd value is +0, as vdpbf16ps's).
+TEST(CpuAttention, Bf16ProductsOnFmasGiveTheVdpbf16psBits) {
+  if (!attention_bf16_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX512-BF16 here: " << cpu_features_string();
+  if (!bf16_fma_testable()) GTEST_SKIP() << "this CPU's vdpbf16ps is not two FMAs: " << cpu_features_string();
+  ThreadPool pool(2);
+  const Path dot{Isa::Avx512, AttnProducts::Bf16, false}, fma{Isa::Avx512, AttnProducts::Bf16, true};
+  struct Sizes {
+    float q, scale, v;
+  };
+  for (DType dt : {DType::BF16, DType::F8_E4M3})
+    for (int variant = 0; variant < 4; ++variant)
+      for (Sizes z : {Sizes{1, 0.125f, 1}, Sizes{2e-38f, 1e37f, 1}, Sizes{1e-19f, 1e37f, 1}, Sizes{1, 40, 1},
+                      Sizes{1, 0.125f, 2e-38f}}) {
+        const int H = variant == 1 ? 14 : 8, G = variant == 2 ? 1 : 2;
+        const int hd = variant == 2 ? 40 : variant == 3 ? 33 : 64, vdim = variant == 2 ? 20 : variant == 3 ? 19 : hd;
+        const int n = 200;
+        std::mt19937 rng(300 + variant);
+        Cache c = make_cache(H, G, hd, vdim, 16, n, variant == 2, dt, rng);
+        if (z.v != 1 && dt == DType::BF16) {  // (an FP8 cache has no denormals this small)
+          std::vector<uint8_t>& vals = variant == 2 ? c.k : c.v;  // MLA: the values are the keys' first dims
+          for (int64_t i = 0; i < int64_t(vals.size() / 2); ++i)
+            kv_store(vals.data(), dt, i, kv_load(vals.data(), dt, i) * z.v);
+        }
+        std::vector<float> q = randn(size_t(n) * H * hd, rng);
+        for (float& x : q) x *= z.q;
+        std::vector<int32_t> seq(n, 0), pos(n);
+        for (int i = 0; i < n; ++i) pos[i] = i;
+        const std::vector<float> a = attend(dot, c, q, seq, pos, z.scale, pool);
+        const std::vector<float> b = attend(fma, c, q, seq, pos, z.scale, pool);
+        ASSERT_TRUE(same_bits(a.data(), b.data(), a.size()))
+            << dtype_name(dt) << " variant " << variant << ": q x " << z.q << ", scale " << z.scale << ", v x " << z.v;
+      }
+}
+
+// Where the bf16 products run by default is the kernel table's choice for this CPU,
+// and only where they can.
+TEST(CpuAttention, Bf16ProductsRunWhereTheTableSays) {
+  const KernelConfig* c = find_tuned_config("attention", DType::BF16, 0, 0, Isa::Avx512);
+  const bool table = c && c->fma;
+  std::printf("[ attention ] bf16 products on this CPU (%s): %s (table: %s; FMA path %s)\n", cpu_key().c_str(),
+              attention_bf16_fma() ? "FMAs" : "vdpbf16ps", table ? "FMAs" : "no entry or vdpbf16ps",
+              attention_bf16_fma_supported() ? "available" : "not available");
+  EXPECT_EQ(attention_bf16_fma(), table && attention_bf16_fma_supported());
+  const bool was = set_attention_bf16_fma(true);
+  EXPECT_EQ(attention_bf16_fma(), attention_bf16_fma_supported());
+  set_attention_bf16_fma(false);
+  EXPECT_FALSE(attention_bf16_fma());
+  set_attention_bf16_fma(was);
 }
 
 TEST(CpuAttention, MatchesADoubleSoftmaxOverTheCache) {

@@ -37,6 +37,11 @@ TEST(Registry, TableEntriesAreUniqueAndImplemented) {
     EXPECT_TRUE(seen.insert({e.op, int(e.dtype), e.out, e.in, int(e.isa), e.cpu}).second)
         << "duplicate " << e.op << " " << dtype_name(e.dtype) << " " << e.out << "x" << e.in;
     shaped += e.out != 0;
+    if (e.op == "attention") {  // where attention's bf16 products run: per machine, no shape
+      EXPECT_TRUE(e.out == 0 && e.in == 0 && e.dtype == DType::BF16 && e.isa == Isa::Avx512 && !e.cpu.empty())
+          << "attention entry for " << e.cpu;
+      continue;
+    }
     if (!isa_ok(e.isa)) continue;
     // Every entry names tile shapes the kernels implement (else it would silently
     // run the kernel's default).
@@ -180,6 +185,33 @@ TEST(KernelConfigs, MachineEntriesWinOnTheirMachineOnly) {
             nullptr);
   EXPECT_FALSE(cpu_key().empty());
   EXPECT_FALSE(cpu_model_name().empty());
+}
+
+// Attention's entry says only where its bf16 products run: no tile fields, written
+// or read, and no shape.
+TEST(KernelConfigs, AttentionEntriesHoldOnlyTheirChoice) {
+  const std::string text = R"({"format": "mxserve-kernel-configs", "version": 1, "entries": [
+    {"op": "attention", "dtype": "BF16", "out": 0, "in": 0, "isa": "avx512", "fma": true, "cpu": "intel-f6-m207"}]})";
+  const auto e = parse_kernel_configs(text, "a.json");
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_TRUE(e[0].cfg.fma);
+  const std::string written = write_kernel_configs(e, "a");
+  EXPECT_EQ(written.find("gemv_rows"), std::string::npos) << written;
+  const auto again = parse_kernel_configs(written, "b.json");
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].cfg, e[0].cfg);
+  const KernelConfig* c = find_kernel_config(again, "intel-f6-m207", "attention", DType::BF16, 0, 0, Isa::Avx512);
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->fma);
+  EXPECT_EQ(find_kernel_config(again, "amd-f26-m2", "attention", DType::BF16, 0, 0, Isa::Avx512), nullptr);
+  std::string shaped = text;
+  shaped.replace(shaped.find("\"out\": 0, \"in\": 0"), 16, "\"out\": 64, \"in\": 64");
+  try {
+    parse_kernel_configs(shaped, "c.json");
+    ADD_FAILURE() << "accepted: " << shaped;
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("attention entry has no shape"), std::string::npos) << err.what();
+  }
 }
 
 TEST(KernelConfigs, BadFilesAreClearErrors) {

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/ops.h"
+#include "backends/registry.h"
 
 namespace mx {
 namespace {
@@ -73,12 +74,13 @@ void attend_scalar(const Call& c, const int32_t* tables, int max_blocks, const i
 const Kernel* tiled_kernel(Isa isa, AttnProducts products) {
   static const Kernel k512 = attn_detail::avx512_attention_kernel();
   static const Kernel k512bf16 = attn_detail::avx512_bf16_attention_kernel();
+  static const Kernel k512bf16fma = attn_detail::avx512_bf16fma_attention_kernel();
   static const Kernel k2 = attn_detail::avx2_attention_kernel();
   if (products == AttnProducts::Bf16) {
     MX_CHECK(attention_bf16_supported(isa),
              "attention: bf16 products need AVX-512 with AVX512-BF16 (asked on {}; this CPU: {})", isa_name(isa),
              cpu_features_string());
-    return &k512bf16;
+    return attention_bf16_fma() ? &k512bf16fma : &k512bf16;
   }
   if (isa == Isa::Avx512) return &k512;
   if (isa == Isa::Avx2) return &k2;
@@ -93,7 +95,24 @@ std::atomic<bool>& bf16_attention_setting() {
   return on;
 }
 
+std::atomic<bool>& bf16_fma_setting() {
+  static std::atomic<bool> on{[] {
+    const KernelConfig* c = find_tuned_config("attention", DType::BF16, 0, 0, Isa::Avx512);
+    return c && c->fma;
+  }()};
+  return on;
+}
+
 }  // namespace
+
+bool attention_bf16_fma_supported() {
+  static const bool ok = attention_bf16_supported(Isa::Avx512) && attn_detail::bf16_attention_fma_exact();
+  return ok;
+}
+
+bool attention_bf16_fma() { return bf16_fma_setting().load() && attention_bf16_fma_supported(); }
+
+bool set_attention_bf16_fma(bool on) { return bf16_fma_setting().exchange(on); }
 
 bool attention_bf16_supported(Isa isa) {
   return isa == Isa::Avx512 && isa_supported(isa) && cpu_features().avx512bf16;

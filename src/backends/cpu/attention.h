@@ -66,6 +66,14 @@
 // fit in f32), so attention over a bf16 / fp8 cache equals attention over an
 // f32 cache holding the rounded values, bit for bit. The bf16 products read
 // every cache's rows in place.
+//
+// The bf16 products on FMAs (attention_bf16_avx512.cpp, Bf16Products<true>): where
+// this CPU's vdpbf16ps is exactly two f32 FMAs (bf16_fma_avx512.h, fma_exact), the
+// wide tiles (prefill) may do each vdpbf16ps as those two FMAs: the same bits, a
+// different speed (on an Intel Xeon vdpbf16ps issues at a quarter of the FMA's
+// rate). Chosen per machine by the kernel table: an entry of op "attention",
+// dtype BF16, out = in = 0, ISA avx512 with "fma": true for this CPU (cpu_key();
+// `mxserve tune` measures both), applied to BF16 and F8_E4M3 caches alike.
 #include <cstdint>
 #include <vector>
 
@@ -112,6 +120,10 @@ struct Kernel {
 
 Kernel avx512_attention_kernel();
 Kernel avx512_bf16_attention_kernel();
+Kernel avx512_bf16fma_attention_kernel();  // the same, wide tiles on FMAs (attention.h)
+// Whether vdpbf16ps is two FMAs on this CPU (bf16_fma_avx512.h); call only where
+// attention_bf16_supported(Isa::Avx512).
+bool bf16_attention_fma_exact();
 Kernel avx2_attention_kernel();
 
 }  // namespace attn_detail
@@ -138,6 +150,14 @@ bool attention_bf16_supported(Isa isa);
 AttnProducts attention_products(Isa isa, DType cache);
 // Returns the previous setting. Process-wide; change it only while no attention runs.
 bool set_attention_bf16(bool on);
+
+// Whether the bf16 products can run on FMAs here (AVX512-BF16, and vdpbf16ps is
+// exactly two FMAs), and whether they do: the kernel table's choice for this CPU
+// (above) unless set_attention_bf16_fma changed it; never where unsupported. The
+// setter returns the previous setting; process-wide, as set_attention_bf16.
+bool attention_bf16_fma_supported();
+bool attention_bf16_fma();
+bool set_attention_bf16_fma(bool on);
 
 // The whole op: validates the arguments (clear errors for bad head counts,
 // negative positions), splits the batch into work items (runs of consecutive

@@ -35,16 +35,29 @@
 #include <immintrin.h>
 
 #include "backends/cpu/attention_impl.h"
+#include "backends/cpu/bf16_fma_avx512.h"
 #include "backends/cpu/fp8_avx512.h"
 #include "backends/cpu/simd_avx512.h"
 
 namespace mx::attn_detail {
 namespace {
 
+namespace bf16fma = matmul_detail::avx512;
+
 struct Avx512Bf16Attn : simd::Avx512 {
   static constexpr int KS = 8, DS = 8;
 };
 
+// Fma: a tile in the wide layout (every tile but a half tile) does each vdpbf16ps
+// of its products as two f32 FMAs on the pairs' halves, odd first, under DAZ | FTZ
+// (bf16_fma_avx512.h: the same IEEE operations, so the same bits; used only where
+// fma_exact holds), for CPUs where vdpbf16ps issues at a quarter of the FMA's rate
+// (Intel Xeon: prefill's Q.K^T and P.V at ~0.7x the f32 products' speed). The
+// halves come split from the packed words once per tile (queries), per block
+// (keys, values) and per block and tile (weights): qe / qo, ke / ko, ve / vo,
+// pe / po, each the f32 of the bf16 that vdpbf16ps would take. Half tiles (a
+// decode token's rows) keep vdpbf16ps, whose two-keys-per-lane layout they need.
+template <bool Fma>
 struct Bf16Products {
   using S = Avx512Bf16Attn;
   using F = __m512;
@@ -56,11 +69,16 @@ struct Bf16Products {
   static constexpr int KH = 8, ND2 = 8;
 
   static int pairs(int n) { return (n + 1) / 2; }
-  // Queries: qp, then the half tiles' layout qd. Keys: rows of pairs, values, keys interleaved by pairs.
-  // Weights: pp, then the half tiles' layout pd.
-  static int64_t q_floats(const AttnArgs& a) { return int64_t(pairs(a.head_dim)) * (RT + V); }
-  static int64_t kv_floats(const AttnArgs& a) { return 2 * int64_t(KB) * pairs(a.head_dim) + int64_t(KB / 2) * a.vd(); }
-  static int64_t p_floats(const AttnArgs&) { return int64_t(KB / 2) * (RT + V); }
+  static int up16(int n) { return (n + 15) / 16 * 16; }
+  // Queries: qp, then the half tiles' layout qd (Fma: then qe, qo). Keys: rows of pairs,
+  // values, keys interleaved by pairs (Fma: then ke, ko, rows of up16(pairs); ve, vo,
+  // rows of up16(vd)). Weights: pp, then the half tiles' layout pd (Fma: then pe, po).
+  static int64_t q_floats(const AttnArgs& a) { return int64_t(pairs(a.head_dim)) * (RT + V + (Fma ? 2 * RT : 0)); }
+  static int64_t kv_floats(const AttnArgs& a) {
+    const int64_t split = Fma ? 2 * int64_t(KB) * up16(pairs(a.head_dim)) + int64_t(KB) * up16(a.vd()) : 0;
+    return 2 * int64_t(KB) * pairs(a.head_dim) + int64_t(KB / 2) * a.vd() + split;
+  }
+  static int64_t p_floats(const AttnArgs&) { return int64_t(KB / 2) * (RT + V + (Fma ? 2 * RT : 0)); }
 
   // A half tile (half_tile<V>, attention_impl.h) has its rows in lanes 0..7 (a
   // decode token's GQA group of up to 8 heads: 7 for Qwen3's 14 over 2). Its
@@ -113,6 +131,15 @@ struct Bf16Products {
       }
       if (half) _mm512_storeu_si512(qd + i * V, _mm512_permutexvar_epi32(dup_idx(), _mm512_loadu_si512(qp + i * RT)));
     }
+    if (Fma && !half) {
+      float* qe = qd + int64_t(pairs(hd)) * V;
+      float* qo = qe + int64_t(pairs(hd)) * RT;
+      for (int i = 0; i < pairs(hd) * RT; i += V) {
+        const __m512i w = _mm512_loadu_si512(qp + i);
+        _mm512_storeu_ps(qe + i, bf16fma::even_half(w));
+        _mm512_storeu_ps(qo + i, bf16fma::odd_half(w));
+      }
+    }
   }
 
   static constexpr bool kReadsNarrow = true;
@@ -147,6 +174,14 @@ struct Bf16Products {
   }
   static float* keys_by_pairs(const KeyBlock& b, const AttnArgs& a) {
     return b.kvp + int64_t(KB) * pairs(a.head_dim) + int64_t(KB / 2) * a.vd();
+  }
+  // Fma: the keys' even elements ke[j][up16(hp)], then their odd ones ko; the values of
+  // each pair's first key ve[i][up16(vd)], then of its second vo.
+  static float* keys_even(const KeyBlock& b, const AttnArgs& a) {
+    return keys_by_pairs(b, a) + int64_t(KB) * pairs(a.head_dim);
+  }
+  static float* values_even(const KeyBlock& b, const AttnArgs& a) {
+    return keys_even(b, a) + 2 * int64_t(KB) * up16(pairs(a.head_dim));
   }
 
   // Keys as rows of pairs (32 elements rounded by vcvtne2ps2bf16 are 16 pairs in
@@ -222,6 +257,33 @@ struct Bf16Products {
         }
       }
     }
+    if (Fma && wide_keys) split_block(b, n, wide_keys, a);
+  }
+
+  // Fma: the halves of every key word a wide tile's scores read (keys [0, wide_keys), the
+  // zero row's past n) and of every value word its P.V reads (pairs [0, pairs(n))).
+  static void split_block(const KeyBlock& b, int n, int wide_keys, const AttnArgs& a) {
+    const int hp = pairs(a.head_dim), hs = up16(hp), vd = a.vd(), vs = up16(vd);
+    float* const ke = keys_even(b, a);
+    float* const ko = ke + int64_t(KB) * hs;
+    const bool raw = raw_keys(b, a);
+    for (int j = 0; j < wide_keys; ++j) {
+      const float* row = key_row(raw, b.kp, b.kvp, hp, j);
+      for (int c = 0; c < hp; c += 16) {
+        const __m512i w = _mm512_maskz_loadu_epi32(first_n(hp - c), row + c);  // zeros past the row
+        _mm512_storeu_ps(ke + int64_t(j) * hs + c, bf16fma::even_half(w));
+        _mm512_storeu_ps(ko + int64_t(j) * hs + c, bf16fma::odd_half(w));
+      }
+    }
+    const float* const vpk = values_packed(b, a);
+    float* const ve = values_even(b, a);
+    float* const vo = ve + int64_t(KB / 2) * vs;
+    for (int i = 0; i < pairs(n); ++i)
+      for (int d = 0; d < vd; d += 16) {
+        const __m512i w = _mm512_maskz_loadu_epi32(first_n(vd - d), vpk + int64_t(i) * vd + d);
+        _mm512_storeu_ps(ve + int64_t(i) * vs + d, bf16fma::even_half(w));
+        _mm512_storeu_ps(vo + int64_t(i) * vs + d, bf16fma::odd_half(w));
+      }
   }
 
   template <int NV>
@@ -241,6 +303,42 @@ struct Bf16Products {
         for (int n = 0; n < NV; ++n) acc[k][n] = _mm512_dpbf16_ps(acc[k][n], q[n], kw);
       }
     }
+    store_scores<NV>(t, b, j0, scale, acc, s);
+  }
+  // The same sums on FMAs (Fma): per pair, the odd halves' products, then the even ones'.
+  template <int NV>
+  static void score_tile_fma(const TileRows& t, int hp, const KeyBlock& b, const AttnArgs& a, int j0, F scale,
+                             float* s) {
+    F acc[KS][NV];
+    for (int k = 0; k < KS; ++k)
+      for (int n = 0; n < NV; ++n) acc[k][n] = _mm512_setzero_ps();
+    const float* qe = t.qp + int64_t(hp) * (RT + V);
+    const float* qo = qe + int64_t(hp) * RT;
+    const int hs = up16(hp);
+    const float* ke = keys_even(b, a) + int64_t(j0) * hs;
+    const float* ko = ke + int64_t(KB) * hs;
+    {
+      bf16fma::DazFtz g;
+      for (int i = 0; i < hp; ++i) {
+        prefetch_step(b);
+        F e[NV], o[NV];
+        for (int n = 0; n < NV; ++n) e[n] = _mm512_loadu_ps(qe + i * RT + n * V), o[n] = _mm512_loadu_ps(qo + i * RT + n * V);
+        for (int k = 0; k < KS; ++k) {
+          const F x = _mm512_set1_ps(ko[k * hs + i]);
+          for (int n = 0; n < NV; ++n) acc[k][n] = _mm512_fmadd_ps(o[n], x, acc[k][n]);
+        }
+        for (int k = 0; k < KS; ++k) {
+          const F x = _mm512_set1_ps(ke[k * hs + i]);
+          for (int n = 0; n < NV; ++n) acc[k][n] = _mm512_fmadd_ps(e[n], x, acc[k][n]);
+        }
+      }
+    }
+    store_scores<NV>(t, b, j0, scale, acc, s);
+  }
+  // s[j] = acc * scale for keys [j0, j0 + KS), -inf where a row's position is below the key's
+  // (under the caller's MXCSR, as after vdpbf16ps).
+  template <int NV>
+  static void store_scores(const TileRows& t, const KeyBlock& b, int j0, F scale, const F (&acc)[KS][NV], float* s) {
     const F ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     for (int n = 0; n < NV; ++n) {
       const __m512i pv = _mm512_loadu_si512(t.pos + n * V);
@@ -278,7 +376,9 @@ struct Bf16Products {
       for (int j0 = 0; j0 < nk; j0 += 2 * KH) score_tile_half(t, hp, b, keys_by_pairs(b, a), b.kpos0, j0, scale, s);
       return;
     }
-    for (int j0 = 0; j0 < nk; j0 += KS) score_tile<NV>(t, hp, b, a, j0, scale, s);
+    for (int j0 = 0; j0 < nk; j0 += KS)
+      if constexpr (Fma) score_tile_fma<NV>(t, hp, b, a, j0, scale, s);
+      else score_tile<NV>(t, hp, b, a, j0, scale, s);
   }
 
   // Lanes that take pair i whole (position >= its second key), per vector of the
@@ -320,6 +420,40 @@ struct Bf16Products {
         const __m512bh x = bh(_mm512_and_si512(bcast_word(v + dd), low));  // (v_2i[d], 0)
         for (int n = 0; n < NV; ++n) acc[dd][n] = mask_dot(acc[dd][n], m.first[f][n], w[n], x);
       }
+    }
+    for (int dd = 0; dd < ND; ++dd)
+      for (int n = 0; n < NV; ++n) _mm512_storeu_ps(ot + (d0 + dd) * RT + n * V, acc[dd][n]);
+  }
+  // The same sums on FMAs (Fma): per pair, the odd halves' products, then the even ones',
+  // each masked as its vdpbf16ps; a first-key-only pair's odd value is +0, as there.
+  template <int NV, int ND>
+  static void value_tile_fma(const KeyBlock& b, float* ot, int d0, const float* ve, const float* vo, int vs, int np,
+                             const Masks& m, const float* pe, const float* po, const F* alpha) {
+    F acc[ND][NV];
+    for (int dd = 0; dd < ND; ++dd)
+      for (int n = 0; n < NV; ++n)
+        acc[dd][n] = _mm512_mul_ps(_mm512_loadu_ps(ot + (d0 + dd) * RT + n * V), alpha[n]);
+    auto pair = [&](int i, const M (&mask)[2], bool whole) __attribute__((always_inline)) {
+      F we[NV], wo[NV];
+      for (int n = 0; n < NV; ++n) we[n] = _mm512_loadu_ps(pe + i * RT + n * V), wo[n] = _mm512_loadu_ps(po + i * RT + n * V);
+      const float* e = ve + int64_t(i) * vs + d0;
+      const float* o = vo + int64_t(i) * vs + d0;
+      for (int dd = 0; dd < ND; ++dd) {
+        const F x = whole ? _mm512_set1_ps(o[dd]) : _mm512_setzero_ps();
+        for (int n = 0; n < NV; ++n) acc[dd][n] = _mm512_mask3_fmadd_ps(wo[n], x, acc[dd][n], mask[n]);
+      }
+      for (int dd = 0; dd < ND; ++dd) {
+        const F x = _mm512_set1_ps(e[dd]);
+        for (int n = 0; n < NV; ++n) acc[dd][n] = _mm512_mask3_fmadd_ps(we[n], x, acc[dd][n], mask[n]);
+      }
+    };
+    {
+      bf16fma::DazFtz g;
+      for (int i = 0; i < np; ++i) {
+        prefetch_step(b);
+        pair(i, m.whole[i], true);
+      }
+      for (int f = 0; f < m.n_first; ++f) pair(m.first_pair[f], m.first[f], false);
     }
     for (int dd = 0; dd < ND; ++dd)
       for (int n = 0; n < NV; ++n) _mm512_storeu_ps(ot + (d0 + dd) * RT + n * V, acc[dd][n]);
@@ -392,8 +526,11 @@ struct Bf16Products {
                      const AttnArgs& a, float* pp) {
     const int np = pairs(nk), vd = a.vd();
     int d = 0;
-    if (NV == 1 && half_tile<V>(t.pos) && (d = values_half(ot, t, b, nk, alpha[0], s, a, pp + (KB / 2) * RT)) == vd)
-      return;
+    const bool half = NV == 1 && half_tile<V>(t.pos);
+    if (half && (d = values_half(ot, t, b, nk, alpha[0], s, a, pp + (KB / 2) * RT)) == vd) return;
+    const bool fma = Fma && !half;  // a half tile's odd tail keeps vdpbf16ps, as its other dims
+    float* pe = pp + (KB / 2) * (RT + V);
+    float* po = pe + (KB / 2) * RT;
     Masks m;
     __m512i pos[NV];
     for (int n = 0; n < NV; ++n) pos[n] = _mm512_loadu_si512(t.pos + n * V);
@@ -406,13 +543,28 @@ struct Bf16Products {
         // weights past the tile's keys (an odd nk's last pair) are 0
         const F x = _mm512_loadu_ps(s + 2 * i * RT + n * V);
         const F y = 2 * i + 1 < nk ? _mm512_loadu_ps(s + (2 * i + 1) * RT + n * V) : _mm512_setzero_ps();
-        _mm512_storeu_si512(pp + i * RT + n * V, interleave(x, y));
+        if (fma) {  // the words interleave() would pair: x's bf16 the even half, y's the odd
+          const __m512i w = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(y, x));
+          const auto widen = [](__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); };
+          _mm512_storeu_ps(pe + i * RT + n * V, widen(_mm512_castsi512_si256(w)));
+          _mm512_storeu_ps(po + i * RT + n * V, widen(_mm512_extracti64x4_epi64(w, 1)));
+        } else {
+          _mm512_storeu_si512(pp + i * RT + n * V, interleave(x, y));
+        }
       }
       if (any) {
         m.first_pair[m.n_first] = i;
         for (int n = 0; n < NV; ++n) m.first[m.n_first][n] = f[n];
         ++m.n_first;
       }
+    }
+    if (fma) {
+      const float* ve = values_even(b, a);
+      const int vs = up16(vd);
+      const float* vo = ve + int64_t(KB / 2) * vs;
+      for (; d + DS <= vd; d += DS) value_tile_fma<NV, DS>(b, ot, d, ve, vo, vs, np, m, pe, po, alpha);
+      for (; d < vd; ++d) value_tile_fma<NV, 1>(b, ot, d, ve, vo, vs, np, m, pe, po, alpha);
+      return;
     }
     const float* vals = values_packed(b, a);
     for (; d + DS <= vd; d += DS) value_tile<NV, DS>(b, ot, d, vals, vd, np, m, pp, alpha);
@@ -422,6 +574,10 @@ struct Bf16Products {
 
 }  // namespace
 
-Kernel avx512_bf16_attention_kernel() { return Tiled<Avx512Bf16Attn, Bf16Products>::kernel(); }
+Kernel avx512_bf16_attention_kernel() { return Tiled<Avx512Bf16Attn, Bf16Products<false>>::kernel(); }
+
+Kernel avx512_bf16fma_attention_kernel() { return Tiled<Avx512Bf16Attn, Bf16Products<true>>::kernel(); }
+
+bool bf16_attention_fma_exact() { return matmul_detail::avx512::fma_exact(); }
 
 }  // namespace mx::attn_detail

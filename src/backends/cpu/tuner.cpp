@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "core/tensor.h"
+#include "backends/cpu/attention.h"
 #include "backends/cpu/matmul.h"
 
 namespace mx {
@@ -254,6 +256,50 @@ std::vector<TunedEntry> tune_entries(const std::vector<Isa>& isas, const std::ve
       }
     }
   return out;
+}
+
+std::optional<TunedEntry> tune_attention(ThreadPool& pool, const TuneOptions& o, const std::string& cpu) {
+  if (!attention_bf16_supported(Isa::Avx512) || !attention_bf16_fma_supported()) {
+    fmt::print(stderr, "tune: attention bf16 products: {}, skipped\n",
+               attention_bf16_supported(Isa::Avx512) ? "vdpbf16ps is not two FMAs on this CPU" : "no AVX512-BF16");
+    return std::nullopt;
+  }
+  // A prefill chunk's last 64 queries over 1024 positions of a BF16 cache: 16 heads
+  // over 4 KV heads of 128 (a real model's head size), blocks of 16.
+  const int H = 16, G = 4, hd = 128, ctx = 1024, n_q = 64, bs = 16, blocks = ctx / bs;
+  std::vector<uint16_t> k(size_t(ctx) * G * hd), v(k.size());
+  uint32_t r = 7;
+  auto next = [&r] { return float(int32_t((r = r * 1664525u + 1013904223u) >> 9) - (1 << 22)) / float(1 << 22); };
+  for (uint16_t& x : k) x = f32_to_bf16(next());
+  for (uint16_t& x : v) x = f32_to_bf16(next());
+  std::vector<float> q(size_t(n_q) * H * hd), out(size_t(n_q) * H * hd);
+  for (float& x : q) x = next();
+  std::vector<int32_t> table(blocks), seq(n_q, 0), pos(n_q);
+  for (int b = 0; b < blocks; ++b) table[b] = b;
+  for (int i = 0; i < n_q; ++i) pos[i] = ctx - n_q + i;
+  const PagedKV kv{k.data(), v.data(), G * hd, G * hd, bs, DType::BF16};
+  const AttnArgs args{H, G, hd, 0.088f};
+  AttnScratch scratch;
+  // The table's choice first: the one to beat.
+  const KernelConfig* tuned = find_tuned_config("attention", DType::BF16, 0, 0, Isa::Avx512);
+  const bool cur = tuned && tuned->fma;
+  const bool cands[2] = {cur, !cur};
+  const bool was = attention_bf16_fma();
+  const std::vector<double> t = time_interleaved(2, [&](size_t c) {
+    set_attention_bf16_fma(cands[c]);
+    cpu_paged_attention(Isa::Avx512, AttnProducts::Bf16, out.data(), q.data(), H * hd, kv, args, table.data(), blocks,
+                        seq.data(), pos.data(), n_q, pool, scratch);
+  }, o.min_s, o.min_calls);
+  set_attention_bf16_fma(was);
+  double flops = 0;
+  for (int i = 0; i < n_q; ++i) flops += 4.0 * hd * H * (pos[i] + 1);
+  const double gf[2] = {flops / t[cands[0] ? 1 : 0] / 1e9, flops / t[cands[0] ? 0 : 1] / 1e9};  // [vdpbf16ps, FMAs]
+  TunedEntry e{"attention", DType::BF16, 0, 0, Isa::Avx512, KernelConfig{}, "", cpu};
+  e.cfg.fma = cands[pick(t)];
+  e.note = fmt::format("prefill chunk: vdpbf16ps {:.0f}, FMAs {:.0f} GFLOP/s", gf[0], gf[1]);
+  fmt::print(stderr, "tune: attention bf16 products: vdpbf16ps {:.1f} GFLOP/s, on FMAs {:.1f} GFLOP/s: {}{}\n", gf[0],
+             gf[1], e.cfg.fma ? "FMAs" : "vdpbf16ps", e.cfg.fma == cur ? " (kept)" : "");
+  return e;
 }
 
 }  // namespace mx

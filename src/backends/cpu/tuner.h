@@ -12,6 +12,8 @@
 // reported), and the result says what it improved over that config. Scalar
 // kernels have nothing to tune: they get the default.
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -58,5 +60,11 @@ namespace mx {
 std::vector<TunedEntry> tune_entries(const std::vector<Isa>& isas, const std::vector<DType>& dtypes,
                                      const std::vector<TuneShape>& shapes, bool with_defaults, ThreadPool& pool,
                                      const TuneOptions& opts, const std::string& cpu);
+
+// Times attention's bf16 products (AVX512-BF16) on vdpbf16ps and on FMAs (the
+// same bits, attention.h) over a prefill chunk, and returns the "attention" entry
+// that picks the faster (the table's choice now wins unless beaten by 3%); none,
+// with a line on stderr, where the FMA path does not exist.
+std::optional<TunedEntry> tune_attention(ThreadPool& pool, const TuneOptions& opts, const std::string& cpu);
 
 }  // namespace mx
