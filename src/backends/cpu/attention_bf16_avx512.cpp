@@ -56,7 +56,9 @@ struct Avx512Bf16Attn : simd::Avx512 {
 // halves come split from the packed words once per tile (queries), per block
 // (keys, values) and per block and tile (weights): qe / qo, ke / ko, ve / vo,
 // pe / po, each the f32 of the bf16 that vdpbf16ps would take. Half tiles (a
-// decode token's rows) keep vdpbf16ps, whose two-keys-per-lane layout they need.
+// decode token's GQA group) keep vdpbf16ps: a block's split keys and values serve
+// one tile of at most 8 rows there, and decode attention on FMAs measured 0.55x
+// (Intel Xeon, 1 thread, BF16 cache of 4096 positions: 5.5 -> 3.0 GB/s).
 template <bool Fma>
 struct Bf16Products {
   using S = Avx512Bf16Attn;
