@@ -8,8 +8,20 @@ load; then prints one markdown table row per (model, threads) with medians and
 min-max of prefill and decode tok/s, the mxserve / llama.cpp ratios, the CPU
 model and the STREAM-like read bandwidth at each thread count (bench_kernels).
 
+Decode is timed after the prompt in both engines: bench_decode generates after
+prefilling it, and llama-bench's tg test gets `-d PROMPT` (its depth: that many
+tokens already in the KV cache), so both attend to the same context. --decode-depth 0
+gives llama.cpp's default, decode over an empty cache (the tables before
+2026-12-06 were made so; at 256 tokens of prompt it moves llama.cpp's decode by a
+few percent, at 4096 by 2-4x).
+
   bench/gguf_side_by_side.py LLAMA_BENCH MODEL.gguf... [--rounds 3] [--threads 1,2]
-                             [--prompt 256] [--tokens 64]
+                             [--prompt 256] [--tokens 64] [--decode-depth prompt|0]
+                             [--llama-args "-fa 1"]
+
+--llama-args adds llama-bench options to both of its runs (e.g. "-fa 1", flash
+attention, which its decode at depth depends on); the header prints them. `-d`
+needs a llama-bench from 2025 or later.
 """
 import argparse
 import json
@@ -41,17 +53,23 @@ def mxserve(model, threads, prompt, tokens):
     return float(pre.group(1)), float(dec.group(1))
 
 
-def llama(bench, model, threads, prompt, tokens):
-    out = run([bench, "-m", model, "-t", str(threads), "-p", str(prompt), "-n", str(tokens), "-r", "1", "-o", "json"],
-              {"OMP_WAIT_POLICY": "passive"})
+def llama(bench, model, threads, prompt, tokens, depth, extra):
+    """Prefill of `prompt` tokens over an empty cache; decode of `tokens` after `depth` cached ones."""
+    def rows(args):
+        out = run([bench, "-m", model, "-t", str(threads), "-r", "1", "-o", "json"] + extra + args,
+                  {"OMP_WAIT_POLICY": "passive"})
+        return out, json.loads(out)
     pre = dec = None
-    for row in json.loads(out):
+    out, pp = rows(["-p", str(prompt), "-n", "0"])
+    for row in pp:
         if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0:
             pre = float(row["avg_ts"])
-        elif row.get("n_gen", 0) > 0 and row.get("n_prompt", 0) == 0:
+    out2, tg = rows(["-p", "0", "-n", str(tokens)] + (["-d", str(depth)] if depth else []))
+    for row in tg:
+        if row.get("n_gen", 0) > 0 and row.get("n_prompt", 0) == 0 and row.get("n_depth", 0) == depth:
             dec = float(row["avg_ts"])
     if pre is None or dec is None:
-        sys.exit(f"llama-bench printed no pp/tg rows:\n{out}")
+        sys.exit(f"llama-bench printed no pp/tg rows:\n{out}\n{out2}")
     return pre, dec
 
 
@@ -83,14 +101,20 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompt", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--decode-depth", default="prompt", choices=["prompt", "0"],
+                    help="llama.cpp's decode after the prompt (as ours) or over an empty cache")
+    ap.add_argument("--llama-args", default="", help="extra llama-bench options, e.g. \"-fa 1\"")
     a = ap.parse_args()
     if a.rounds < 1 or a.prompt < 1 or a.tokens < 2:
         sys.exit("--rounds >= 1, --prompt >= 1 and --tokens >= 2")
+    depth = a.prompt if a.decode_depth == "prompt" else 0
+    extra = a.llama_args.split()
     threads = [int(t) for t in a.threads.split(",") if t]
     print(f"CPU: {cpu_model()}")
     for t in threads:
         print(f"STREAM-like read, {t} thread(s): {stream_read(t):.1f} GB/s")
-    print(f"prompt {a.prompt}, tokens {a.tokens}, {a.rounds} rounds, engines alternating; medians (min-max)\n")
+    print(f"prompt {a.prompt}, tokens {a.tokens}, llama.cpp decode at depth {depth}, llama-bench options "
+          f"{' '.join(extra) or '(none)'}, {a.rounds} rounds, engines alternating; medians (min-max)\n")
     print("| model | T | mxserve prefill / decode tok/s | llama.cpp prefill / decode | ratio prefill / decode |")
     print("|---|---|---|---|---|")
     for model in a.models:
@@ -99,7 +123,7 @@ def main():
             for _ in range(a.rounds):
                 p, d = mxserve(model, t, a.prompt, a.tokens)
                 mp.append(p), md.append(d)
-                p, d = llama(a.llama_bench, model, t, a.prompt, a.tokens)
+                p, d = llama(a.llama_bench, model, t, a.prompt, a.tokens, depth, extra)
                 lp.append(p), ld.append(d)
             rp = statistics.median(mp) / statistics.median(lp)
             rd = statistics.median(md) / statistics.median(ld)

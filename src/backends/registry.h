@@ -1,6 +1,8 @@
 #pragma once
 // Tuned-kernel registry: (op, weight dtype, out, in, isa) -> the tile shapes and
-// prefetch distance a kernel runs with. Entries come from a committed JSON table
+// prefetch distance a kernel runs with. (Op "attention" is the exception: one entry
+// per machine, no shape and no tile fields; its `fma` says whether attention's bf16
+// products run their prefill tiles on FMAs, backends/cpu/attention.h.) Entries come from a committed JSON table
 // (backends/cpu/tuned_configs.json, compiled into the binary; written by
 // `mxserve tune --model M` or `mxserve tune --synthetic`) covering the synthetic
 // models' shapes, plus one generic default per (op, dtype, isa) (an entry with
@@ -48,7 +50,8 @@ struct KernelConfig {
   // BF16 / F8_E4M3 weights with bf16 activations: the GEMM tile does vdpbf16ps's
   // products on f32 FMAs (rows widened once per chunk), for CPUs where that
   // instruction is the slower (measured on an Intel Xeon). Offered only where the two
-  // give the same bits (matmul_bf16dot_avx512.cpp); elsewhere the same shape runs.
+  // give the same bits (bf16_fma_avx512.h); elsewhere the same shape runs. For op
+  // "attention": its prefill tiles do the same (attention.h).
   bool fma = false;
   bool operator==(const KernelConfig&) const = default;
 };

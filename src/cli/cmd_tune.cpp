@@ -120,10 +120,13 @@ Command add_tune(CLI::App& app) {
                 entries.insert(entries.end(), e.begin(), e.end());
               }
             }
-            // Attention's bf16 products: with the AVX-512 kernels, unless --dtypes leaves out BF16.
-            const bool bf16 = a->dtypes.empty() || std::find(dtypes.begin(), dtypes.end(), DType::BF16) != dtypes.end();
+            // Attention's bf16 products (BF16 and FP8 caches): with the AVX-512 kernels, unless
+            // --dtypes names neither. Always for this machine's key, even with --any-cpu: which
+            // instruction is faster differs between CPUs of the same ISA (Intel Xeon, AMD Zen).
+            auto listed = [&](DType d) { return std::find(dtypes.begin(), dtypes.end(), d) != dtypes.end(); };
+            const bool bf16 = a->dtypes.empty() || listed(DType::BF16) || listed(DType::F8_E4M3);
             if (bf16 && std::find(isas.begin(), isas.end(), Isa::Avx512) != isas.end())
-              if (auto e = tune_attention(pool, a->opts, cpu)) entries.push_back(*e);
+              if (auto e = tune_attention(pool, a->opts, cpu_key())) entries.push_back(*e);
             std::vector<TunedEntry> base;
             std::string about = fmt::format("Written by mxserve tune ({} threads, CPU {} ({}), {}).", pool.size(),
                                             cpu_model_name(), cpu_key(), cpu_features_string());

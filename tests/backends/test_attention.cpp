@@ -256,8 +256,9 @@ TEST(CpuAttention, Bf16ProductsOnFmasGiveTheVdpbf16psBits) {
         for (float& x : q) x *= z.q;
         std::vector<int32_t> seq(n, 0), pos(n);
         for (int i = 0; i < n; ++i) pos[i] = i;
-        const std::string at = std::string(dtype_name(dt)) + " variant " + std::to_string(variant) + ": q x " +
-                               std::to_string(z.q) + ", scale " + std::to_string(z.scale) + ", v x " + std::to_string(z.v);
+        char at[160];
+        std::snprintf(at, sizeof at, "%s variant %d: q x %g, scale %g, v x %g", dtype_name(dt), variant, z.q, z.scale,
+                      z.v);
         // The prompt at once (wide tiles), then tokens alone (a decode step: MLA's 16 rows fill a
         // wide tile; the GQA groups take half tiles, vdpbf16ps in both kernels).
         const std::vector<float> a = attend(dot, c, q, seq, pos, z.scale, pool);

@@ -205,7 +205,8 @@ TEST(KernelConfigs, AttentionEntriesHoldOnlyTheirChoice) {
   EXPECT_TRUE(c->fma);
   EXPECT_EQ(find_kernel_config(again, "amd-f26-m2", "attention", DType::BF16, 0, 0, Isa::Avx512), nullptr);
   std::string shaped = text;
-  shaped.replace(shaped.find("\"out\": 0, \"in\": 0"), 16, "\"out\": 64, \"in\": 64");
+  const std::string zero = "\"out\": 0, \"in\": 0";
+  shaped.replace(shaped.find(zero), zero.size(), "\"out\": 64, \"in\": 64");
   try {
     parse_kernel_configs(shaped, "c.json");
     ADD_FAILURE() << "accepted: " << shaped;

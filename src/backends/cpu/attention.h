@@ -35,7 +35,7 @@
 //   for key blocks b = 0 .. p / kAttnKeyBlock (absolute positions
 //   [b * kAttnKeyBlock, (b + 1) * kAttnKeyBlock), whatever the query blocking):
 //     m'    = max(m, max of s_j over the block's positions <= p)      (m starts at -inf)
-//     alpha = exp(m - m'), P_j = exp(s_j - m')    (exp: the ISA's vector exp below)
+//     alpha = exp(m - m'), P_j = exp(s_j - m')    (exp: the ISA's vector exp, simd_exp.h)
 //     l     = l * alpha, then l += P_j for each position j <= p in increasing j
 //     o[d]  = o[d] * alpha, then o[d] = fma(P_j, v_j[d], o[d]) for j <= p in increasing j
 //   out[d] = o[d] / l

@@ -1,6 +1,8 @@
 // The tiled attention kernel (attention_impl.h) on AVX512-BF16: the tile and the
 // online softmax of the AVX-512 kernel, with Q.K^T and P.V on vdpbf16ps (two
-// multiply-adds per lane and instruction, twice the f32 FMA's). attention.h
+// multiply-adds per lane and instruction, twice the f32 FMA's), or, where that is
+// the slower instruction, prefill's tiles on the same operations as f32 FMAs
+// (Bf16Products<true> below). attention.h
 // states the contract (AttnProducts::Bf16); in short, per row:
 //   q, the keys and the values are rounded to bf16 (to nearest even), and so is
 //   each weight P = exp(s - m) where P.V multiplies it; l sums the f32 weights
@@ -42,7 +44,6 @@
 namespace mx::attn_detail {
 namespace {
 
-namespace bf16fma = matmul_detail::avx512;
 
 struct Avx512Bf16Attn : simd::Avx512 {
   static constexpr int KS = 8, DS = 8;
@@ -580,6 +581,6 @@ Kernel avx512_bf16_attention_kernel() { return Tiled<Avx512Bf16Attn, Bf16Product
 
 Kernel avx512_bf16fma_attention_kernel() { return Tiled<Avx512Bf16Attn, Bf16Products<true>>::kernel(); }
 
-bool bf16_attention_fma_exact() { return matmul_detail::avx512::fma_exact(); }
+bool bf16_attention_fma_exact() { return bf16fma::fma_exact(); }
 
 }  // namespace mx::attn_detail

@@ -21,7 +21,8 @@
 
 #include "backends/cpu/avx512_common.h"
 
-namespace mx::matmul_detail::avx512 {
+namespace mx::bf16fma {
+
 
 // MXCSR for the scope as vdpbf16ps applies it to itself: DAZ, FTZ, round to nearest
 // even. Only around the products: what vdpbf16ps's callers compute on the sums runs
@@ -83,4 +84,4 @@ inline bool fma_exact() {
   return exact;
 }
 
-}  // namespace mx::matmul_detail::avx512
+}  // namespace mx::bf16fma

@@ -328,10 +328,10 @@ namespace fma {
 
 thread_local Buffer t_rows;  // grow-only, R x xb_stride f32 (the widened, split rows)
 
-using avx512::DazFtz;
-using avx512::even_half;
-using avx512::fma_exact;
-using avx512::odd_half;
+using bf16fma::DazFtz;
+using bf16fma::even_half;
+using bf16fma::fma_exact;
+using bf16fma::odd_half;
 
 template <int R, class Src>
 void prep_rows(const Args& a, Src src) {
