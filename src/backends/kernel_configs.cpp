@@ -104,8 +104,9 @@ std::string write_kernel_configs(const std::vector<TunedEntry>& entries, const s
     o += fmt::format("    {{\"op\": {}, \"dtype\": \"{}\", \"out\": {}, \"in\": {}, \"isa\": \"{}\"",
                      nlohmann::json(e.op).dump(), dtype_name(e.dtype), e.out, e.in, isa_name(e.isa));
     if (e.op != "attention")
-      o += fmt::format(", \"gemv_rows\": {}, \"tile_tokens\": {}, \"tile_rows\": {}, \"prefetch\": {}, \"chunk_kib\": {}, "
-                       "\"rowblock_kib\": {}",
+      o += fmt::format(
+          ", \"gemv_rows\": {}, \"tile_tokens\": {}, \"tile_rows\": {}, \"prefetch\": {}, \"chunk_kib\": {}, "
+          "\"rowblock_kib\": {}",
                        c.gemv_rows, c.tile_tokens, c.tile_rows, c.prefetch, c.chunk_kib, c.rowblock_kib);
     if (c.fma) o += ", \"fma\": true";
     if (!e.cpu.empty()) o += fmt::format(", \"cpu\": {}", nlohmann::json(e.cpu).dump());

@@ -44,7 +44,6 @@
 namespace mx::attn_detail {
 namespace {
 
-
 struct Avx512Bf16Attn : simd::Avx512 {
   static constexpr int KS = 8, DS = 8;
 };
@@ -325,7 +324,8 @@ struct Bf16Products {
       for (int i = 0; i < hp; ++i) {
         prefetch_step(b);
         F e[NV], o[NV];
-        for (int n = 0; n < NV; ++n) e[n] = _mm512_loadu_ps(qe + i * RT + n * V), o[n] = _mm512_loadu_ps(qo + i * RT + n * V);
+        for (int n = 0; n < NV; ++n)
+          e[n] = _mm512_loadu_ps(qe + i * RT + n * V), o[n] = _mm512_loadu_ps(qo + i * RT + n * V);
         for (int k = 0; k < KS; ++k) {
           const F x = _mm512_set1_ps(ko[k * hs + i]);
           for (int n = 0; n < NV; ++n) acc[k][n] = _mm512_fmadd_ps(o[n], x, acc[k][n]);
@@ -438,7 +438,8 @@ struct Bf16Products {
         acc[dd][n] = _mm512_mul_ps(_mm512_loadu_ps(ot + (d0 + dd) * RT + n * V), alpha[n]);
     auto pair = [&](int i, const M (&mask)[2], bool whole) __attribute__((always_inline)) {
       F we[NV], wo[NV];
-      for (int n = 0; n < NV; ++n) we[n] = _mm512_loadu_ps(pe + i * RT + n * V), wo[n] = _mm512_loadu_ps(po + i * RT + n * V);
+      for (int n = 0; n < NV; ++n)
+        we[n] = _mm512_loadu_ps(pe + i * RT + n * V), wo[n] = _mm512_loadu_ps(po + i * RT + n * V);
       const float* e = ve + int64_t(i) * vs + d0;
       const float* o = vo + int64_t(i) * vs + d0;
       for (int dd = 0; dd < ND; ++dd) {
@@ -548,7 +549,9 @@ struct Bf16Products {
         const F y = 2 * i + 1 < nk ? _mm512_loadu_ps(s + (2 * i + 1) * RT + n * V) : _mm512_setzero_ps();
         if (fma) {  // the words interleave() would pair: x's bf16 the even half, y's the odd
           const __m512i w = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(y, x));
-          const auto widen = [](__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); };
+          const auto widen = [](__m256i h) {
+            return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+          };
           _mm512_storeu_ps(pe + i * RT + n * V, widen(_mm512_castsi512_si256(w)));
           _mm512_storeu_ps(po + i * RT + n * V, widen(_mm512_extracti64x4_epi64(w, 1)));
         } else {
