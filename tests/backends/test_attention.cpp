@@ -224,8 +224,9 @@ TEST(CpuAttention, LaterNonFiniteValuesDoNotReachEarlierQueries) {
 }
 
 // The bf16 products' wide tiles on FMAs against vdpbf16ps, bit for bit: GQA, Qwen3's
-// groups of 7, odd head and value dims (keys packed, not read in place), MLA, BF16 and
-// FP8 caches. Inputs at ordinary sizes; queries scaled so that Q.K^T's products and
+// groups of 7, odd head and value dims (keys packed, not read in place), MLA; BF16, FP8
+// and F32 caches (an F32 row rounded to bf16 on the way in: the FMA tiles widen the
+// values from the rows, vdpbf16ps reads the packed words). Inputs at ordinary sizes; queries scaled so that Q.K^T's products and
 // sums fall to denormals (flushed inside, as vdpbf16ps flushes them) and come back
 // normal after the scale (the caller's MXCSR); a large scale, so weights underflow;
 // values scaled so that P.V's products and sums are denormal and signed zeros reach
@@ -238,7 +239,7 @@ TEST(CpuAttention, Bf16ProductsOnFmasGiveTheVdpbf16psBits) {
   struct Sizes {
     float q, scale, v;
   };
-  for (DType dt : {DType::BF16, DType::F8_E4M3})
+  for (DType dt : {DType::BF16, DType::F8_E4M3, DType::F32})
     for (int variant = 0; variant < 4; ++variant)
       for (Sizes z : {Sizes{1, 0.125f, 1}, Sizes{2e-38f, 1e37f, 1}, Sizes{1e-19f, 1e37f, 1}, Sizes{1, 40, 1},
                       Sizes{1, 0.125f, 2e-38f}}) {
@@ -247,9 +248,9 @@ TEST(CpuAttention, Bf16ProductsOnFmasGiveTheVdpbf16psBits) {
         const int n = 200;
         std::mt19937 rng(300 + variant);
         Cache c = make_cache(H, G, hd, vdim, 16, n, variant == 2, dt, rng);
-        if (z.v != 1 && dt == DType::BF16) {  // (an FP8 cache has no denormals this small)
+        if (z.v != 1 && dt != DType::F8_E4M3) {  // (an FP8 cache has no denormals this small)
           std::vector<uint8_t>& vals = variant == 2 ? c.k : c.v;  // MLA: the values are the keys' first dims
-          for (int64_t i = 0; i < int64_t(vals.size() / 2); ++i)
+          for (int64_t i = 0; i < int64_t(vals.size() / (dtype_bits(dt) / 8)); ++i)
             kv_store(vals.data(), dt, i, kv_load(vals.data(), dt, i) * z.v);
         }
         std::vector<float> q = randn(size_t(n) * H * hd, rng);

@@ -230,8 +230,10 @@ struct Bf16Products {
         }
       }
     }
-    // Values as pairs of keys, per dim: a bf16 row's words paired straight from the rows (bf16
-    // is exact), other rows through f32.
+    // Values as pairs of keys, per dim, where vdpbf16ps reads them (Fma: only for half tiles): a
+    // bf16 row's words paired straight from the rows (bf16 is exact), other rows through f32.
+    if (Fma && wide_keys) split_block(b, n, wide_keys, a);
+    if (Fma && !half_keys) return;
     float* const vpk = values_packed(b, a);
     alignas(64) static constexpr uint16_t kLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
                                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
@@ -259,11 +261,12 @@ struct Bf16Products {
         }
       }
     }
-    if (Fma && wide_keys) split_block(b, n, wide_keys, a);
   }
 
   // Fma: the halves of every key word a wide tile's scores read (keys [0, wide_keys), the
-  // zero row's past n) and of every value word its P.V reads (pairs [0, pairs(n))).
+  // zero row's past n) and of every value its P.V reads (pairs [0, pairs(n))), the values
+  // straight from the rows (an f32 of a bf16 or E4M3 element is the element; widened from the
+  // packed words, they cost a second pass: 3-4% of prefill attention on an Intel Xeon).
   static void split_block(const KeyBlock& b, int n, int wide_keys, const AttnArgs& a) {
     const int hp = pairs(a.head_dim), hs = up16(hp), vd = a.vd(), vs = up16(vd);
     float* const ke = keys_even(b, a);
@@ -277,16 +280,27 @@ struct Bf16Products {
         _mm512_storeu_ps(ko + int64_t(j) * hs + c, bf16fma::odd_half(w));
       }
     }
-    const float* const vpk = values_packed(b, a);
     float* const ve = values_even(b, a);
     float* const vo = ve + int64_t(KB / 2) * vs;
+    const void* const* const vp = b.vp;
+    const DType dt = b.dt;
     for (int i = 0; i < pairs(n); ++i)
       for (int d = 0; d < vd; d += 16) {
-        const __m512i w = _mm512_maskz_loadu_epi32(first_n(vd - d), vpk + int64_t(i) * vd + d);
-        _mm512_storeu_ps(ve + int64_t(i) * vs + d, bf16fma::even_half(w));
-        _mm512_storeu_ps(vo + int64_t(i) * vs + d, bf16fma::odd_half(w));
+        const __mmask16 m = first_n(vd - d);  // zeros past the dims
+        _mm512_storeu_ps(ve + int64_t(i) * vs + d, value_f32(vp[2 * i], dt, d, m));
+        _mm512_storeu_ps(vo + int64_t(i) * vs + d,
+                         2 * i + 1 < n ? value_f32(vp[2 * i + 1], dt, d, m) : _mm512_setzero_ps());
       }
   }
+  // Elements [d, d + 16) of a value row (the lanes of m; 0 elsewhere) as the f32 of the bf16
+  // that P.V multiplies: exact for BF16 and E4M3 rows; an f32 row's rounded to nearest even, as
+  // interleave rounds it.
+  static F value_f32(const void* row, DType dt, int d, __mmask16 m) {
+    const F x = row_f32(row, dt, d, m);
+    return dt == DType::F32 ? widen(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x))) : x;
+  }
+  // 16 bf16 as f32.
+  static F widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
   template <int NV>
   static void score_tile(const TileRows& t, int hp, const KeyBlock& b, const AttnArgs& a, int j0, F scale, float* s) {
@@ -549,9 +563,6 @@ struct Bf16Products {
         const F y = 2 * i + 1 < nk ? _mm512_loadu_ps(s + (2 * i + 1) * RT + n * V) : _mm512_setzero_ps();
         if (fma) {  // the words interleave() would pair: x's bf16 the even half, y's the odd
           const __m512i w = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(y, x));
-          const auto widen = [](__m256i h) {
-            return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-          };
           _mm512_storeu_ps(pe + i * RT + n * V, widen(_mm512_castsi512_si256(w)));
           _mm512_storeu_ps(po + i * RT + n * V, widen(_mm512_extracti64x4_epi64(w, 1)));
         } else {
