@@ -267,17 +267,14 @@ std::optional<TunedEntry> tune_attention(ThreadPool& pool, const TuneOptions& o,
   // A prefill chunk's last 64 queries over 1024 positions of a BF16 cache: 16 heads
   // over 4 KV heads of 128 (a real model's head size), blocks of 16.
   const int H = 16, G = 4, hd = 128, ctx = 1024, n_q = 64, bs = 16, blocks = ctx / bs;
-  std::vector<uint16_t> k(size_t(ctx) * G * hd), v(k.size());
-  uint32_t r = 7;
-  auto next = [&r] { return float(int32_t((r = r * 1664525u + 1013904223u) >> 9) - (1 << 22)) / float(1 << 22); };
-  for (uint16_t& x : k) x = f32_to_bf16(next());
-  for (uint16_t& x : v) x = f32_to_bf16(next());
-  std::vector<float> q(size_t(n_q) * H * hd), out(size_t(n_q) * H * hd);
-  for (float& x : q) x = next();
+  // The cache's keys and values as BF16 "weights" of [ctx, G hd] (its layout), the queries as F32 ones.
+  const Weight k = make_weight(DType::BF16, ctx, G * hd, 7), v = make_weight(DType::BF16, ctx, G * hd, 8);
+  const Weight q = make_weight(DType::F32, n_q, H * hd, 9);
+  std::vector<float> out(size_t(n_q) * H * hd);
   std::vector<int32_t> table(blocks), seq(n_q, 0), pos(n_q);
   for (int b = 0; b < blocks; ++b) table[b] = b;
   for (int i = 0; i < n_q; ++i) pos[i] = ctx - n_q + i;
-  const PagedKV kv{k.data(), v.data(), G * hd, G * hd, bs, DType::BF16};
+  const PagedKV kv{k.t.t.data, v.t.t.data, G * hd, G * hd, bs, DType::BF16};
   const AttnArgs args{H, G, hd, 0.088f};
   AttnScratch scratch;
   // The table's choice first: the one to beat.
@@ -287,8 +284,8 @@ std::optional<TunedEntry> tune_attention(ThreadPool& pool, const TuneOptions& o,
   const bool was = attention_bf16_fma();
   const std::vector<double> t = time_interleaved(2, [&](size_t c) {
     set_attention_bf16_fma(cands[c]);
-    cpu_paged_attention(Isa::Avx512, AttnProducts::Bf16, out.data(), q.data(), H * hd, kv, args, table.data(), blocks,
-                        seq.data(), pos.data(), n_q, pool, scratch);
+    cpu_paged_attention(Isa::Avx512, AttnProducts::Bf16, out.data(), q.t.t.as<float>(), H * hd, kv, args,
+                        table.data(), blocks, seq.data(), pos.data(), n_q, pool, scratch);
   }, o.min_s, o.min_calls);
   set_attention_bf16_fma(was);
   double flops = 0;
