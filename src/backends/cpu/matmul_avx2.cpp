@@ -195,37 +195,64 @@ MX_INLINE void load_half(const uint8_t* wp, const uint8_t* sp, Half& h) {
   h.ws = _mm256_castsi256_ps(bits);
 }
 
+// acc + the dot products of (lo, xe) and (hi, xo) per int32 lane (4 byte pairs each).
 template <bool Vnni>
-MX_INLINE __m256i pair_dot(__m256i lo, __m256i xe, __m256i hi, __m256i xo) {
+MX_INLINE __m256i pair_dot(__m256i acc, __m256i lo, __m256i xe, __m256i hi, __m256i xo) {
   if constexpr (Vnni) {
-    __m256i acc = _mm256_setzero_si256();
     __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(lo), "x"(xe));
     __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(hi), "x"(xo));
     return acc;
   } else {
     const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
-    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
   }
 }
+
+// A half's load j of activations: its evens at kEven[j] (QuantAct), its odds 64 bytes on.
+constexpr int kEven[4] = {0, 32, 128, 160};
 
 // acc[p] = fma(float(d) * ws, s, acc[p]) for the 8 blocks of a half group; xq at
 // the half's first block.
 template <bool Vnni>
 MX_INLINE __m256 half_step(__m256 acc, const Half& h, const int8_t* xq, const float* xs,
                            const int32_t* xsum) {
-  constexpr int kEven[4] = {0, 32, 128, 160};
   __m256i p[4];
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
     const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + kEven[j]));
     const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + kEven[j] + 64));
-    p[j] = pair_dot<Vnni>(h.lo[j], e, h.hi[j], o);
+    p[j] = pair_dot<Vnni>(_mm256_setzero_si256(), h.lo[j], e, h.hi[j], o);
   }
   const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
   const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
   const __m256i sums = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
   const __m256i d = _mm256_sub_epi32(sums, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum)));
   return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d), h.ws), _mm256_loadu_ps(xs), acc);
+}
+
+// An output's two accumulators (its 16 lanes, kOrder within each half) back to natural
+// order, then the AVX-512 tree's first step (lane l + lane l + 8) and the 8-lane tree.
+template <int TT, int R>
+MX_INLINE void store_sums(const Args& a, int64_t t0, int64_t r0, const __m256 (&acc)[TT][R][2]) {
+  const __m256i unperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 s8 = _mm256_add_ps(_mm256_permutevar8x32_ps(acc[t][r][0], unperm),
+                                      _mm256_permutevar8x32_ps(acc[t][r][1], unperm));
+      a.y[(t0 + t) * a.out + r0 + r] = hsum(s8);
+    }
+}
+
+// Row r's half hx (its packed bytes at wr, scale bytes at sr), zero-padded past the
+// row's last block: padded blocks add +0 (x is zero there).
+MX_INLINE void load_half_padded(const uint8_t* wr, const uint8_t* sr, int64_t left, Half& h) {
+  if (left >= 8) return load_half(wr, sr, h);
+  alignas(32) uint8_t wt[128] = {}, st[8] = {};
+  std::memcpy(wt, wr, size_t(left) * 16);
+  std::memcpy(st, sr, size_t(left));
+  load_half(wt, st, h);
 }
 
 template <bool Vnni, int TT, int R>
@@ -246,18 +273,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
     Half h[R];
     const int64_t left = nb - hx * 8;  // blocks of this half present in the row
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* wr = w + r * rb + hx * 128;
-      const uint8_t* sr = sc + r * nb + hx * 8;
-      if (left >= 8) {
-        load_half(wr, sr, h[r]);
-      } else {  // zero-padded copies; padded blocks add +0 (x is zero there)
-        alignas(32) uint8_t wt[128] = {}, st[8] = {};
-        std::memcpy(wt, wr, size_t(left) * 16);
-        std::memcpy(st, sr, size_t(left));
-        load_half(wt, st, h[r]);
-      }
-    }
+    for (int r = 0; r < R; ++r) load_half_padded(w + r * rb + hx * 128, sc + r * nb + hx * 8, left, h[r]);
     const int k = int(hx & 1);
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t)
@@ -266,16 +282,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
         acc[t][r][k] = half_step<Vnni>(acc[t][r][k], h[r], xq + t * qa.q_stride + hx * 256,
                                        xs + t * qa.nbp + hx * 8, xsum + t * qa.nbp + hx * 8);
   }
-  const __m256i unperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-#pragma GCC unroll 8
-  for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      // The AVX-512 tree's first step (lane l + lane l + 8), then the 8-lane tree.
-      const __m256 s8 = _mm256_add_ps(_mm256_permutevar8x32_ps(acc[t][r][0], unperm),
-                                      _mm256_permutevar8x32_ps(acc[t][r][1], unperm));
-      a.y[(t0 + t) * a.out + r0 + r] = hsum(s8);
-    }
+  store_sums(a, t0, r0, acc);
 }
 
 template <bool Vnni>
@@ -286,11 +293,143 @@ struct Tiles {
   }
 };
 
+// --- GEMM: rows unpacked and regrouped once per chunk (as the AVX-512 GEMM) ---
+// half_step spends 9 shuffles and adds per token and row on its 4 -> 1 lane
+// reduction, and tile unpacks its rows' nibbles for every TT tokens. Regrouped
+// (regroup4: a 4 x 4 transpose of int32 per 128-bit lane), int32 lane 4k + j of
+// vector i holds bytes 4i .. 4i + 3 of block 2j + k, the block half_step's reduction
+// puts in that lane; the activations are regrouped the same way once per call
+// (regroup_row, QuantAct::qg). So a half's 8 products (vpdpbusd, or vpmaddubsw pairs)
+// leave each block's sum whole in its lane. d_b is an exact integer either way, and
+// each lane's FMAs are half_step's: every output keeps its bits (matmul_impl.h).
+MX_INLINE void regroup4(const __m256i* x, __m256i* out) {
+  const __m256i a0 = _mm256_unpacklo_epi32(x[0], x[1]), a1 = _mm256_unpackhi_epi32(x[0], x[1]);
+  const __m256i a2 = _mm256_unpacklo_epi32(x[2], x[3]), a3 = _mm256_unpackhi_epi32(x[2], x[3]);
+  out[0] = _mm256_unpacklo_epi64(a0, a2);
+  out[1] = _mm256_unpackhi_epi64(a0, a2);
+  out[2] = _mm256_unpacklo_epi64(a1, a3);
+  out[3] = _mm256_unpackhi_epi64(a1, a3);
+}
+
+// A half's evens (lo) and odds (hi), regrouped: vector 4h + i at dst + 32 (4h + i).
+MX_INLINE void store_regrouped(const __m256i* lo, const __m256i* hi, void* dst) {
+  __m256i v[8];
+  regroup4(lo, v);
+  regroup4(hi, v + 4);
+#pragma GCC unroll 8
+  for (int m = 0; m < 8; ++m) _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<char*>(dst) + 32 * m), v[m]);
+}
+
+// One token row of q (QuantAct: half hx's load j at hx * 256 + kEven[j], odds 64 on).
+void regroup_row(const int8_t* q, int64_t nbp, int8_t* qg) {
+  for (int64_t hx = 0; hx < nbp / 8; ++hx) {
+    __m256i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + hx * 256 + kEven[j]));
+      hi[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + hx * 256 + kEven[j] + 64));
+    }
+    store_regrouped(lo, hi, qg + hx * 256);
+  }
+}
+
+namespace gemm {
+
+// The prepared rows of the tile this thread computes: half hx of row r is 8 vectors of
+// u8 weights at w + (hx * R + r) * 256 bytes, its 8 block scales (kOrder) at
+// ws + (hx * R + r) * 8.
+struct Rows {
+  Buffer buf;
+  uint8_t* w = nullptr;
+  float* ws = nullptr;
+};
+thread_local Rows t_rows;
+
+template <int R>
+void prep(const Args& a, int64_t, int64_t r0) {
+  const int64_t nb = a.in / 32, nh = (nb + 7) / 8, rb = a.in / 2;
+  const size_t wbytes = size_t(nh * R) * 256, bytes = wbytes + size_t(nh * R) * 32;
+  if (t_rows.buf.size() < bytes) t_rows.buf = Buffer(std::max(bytes, t_rows.buf.size() * 3 / 2));
+  t_rows.w = static_cast<uint8_t*>(t_rows.buf.data());
+  t_rows.ws = reinterpret_cast<float*>(t_rows.w + wbytes);
+  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
+  const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
+  for (int r = 0; r < R; ++r)
+    for (int64_t hx = 0; hx < nh; ++hx) {
+      Half h;
+      load_half_padded(w + r * rb + hx * 128, sc + r * nb + hx * 8, nb - hx * 8, h);
+      store_regrouped(h.lo, h.hi, t_rows.w + (hx * R + r) * 256);
+      _mm256_storeu_ps(t_rows.ws + (hx * R + r) * 8, h.ws);
+    }
+}
+
+// y[t0 .. t0+TT, r0 .. r0+R) from the rows prep made on this thread.
+template <bool Vnni, int TT, int R>
+void tile(const Args& a, int64_t t0, int64_t r0) {
+  const int64_t nh = (a.in / 32 + 7) / 8;
+  const QuantAct& qa = *a.qa;
+  const int8_t* xq = qa.qg + t0 * qa.q_stride;
+  const float* xs = qa.s + t0 * qa.nbp;
+  const int32_t* xsum = qa.sum12 + t0 * qa.nbp;
+  __m256 acc[TT][R][2];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[t][r][0] = acc[t][r][1] = _mm256_setzero_ps();
+  for (int64_t hx = 0; hx < nh; ++hx) {
+    const uint8_t* w = t_rows.w + hx * R * 256;
+    __m256i d[TT][R];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) d[t][r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      __m256i lo[R], hi[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        lo[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * 256 + 32 * i));
+        hi[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * 256 + 32 * (4 + i)));
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t) {
+        const int8_t* x = xq + t * qa.q_stride + hx * 256;
+        const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * i));
+        const __m256i xo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * (4 + i)));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) d[t][r] = pair_dot<Vnni>(d[t][r], lo[r], xe, hi[r], xo);
+      }
+    }
+    const int k = int(hx & 1);
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) {
+      const __m256i sum12 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum + t * qa.nbp + hx * 8));
+      const __m256 s = _mm256_loadu_ps(xs + t * qa.nbp + hx * 8);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        acc[t][r][k] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d[t][r], sum12)),
+                                                     _mm256_loadu_ps(t_rows.ws + (hx * R + r) * 8)),
+                                       s, acc[t][r][k]);
+    }
+  }
+  store_sums(a, t0, r0, acc);
+}
+
+// full / tok1 read the rows prep made just before; row1 / one, for rows left over by
+// the tile shape, read the packed weights as the GEMV does.
+template <bool Vnni, int TT, int R>
+constexpr Gemm of() {
+  static_assert(TT >= kMinRegroupTokens);  // the tiles (tok1 too) read QuantAct::qg
+  return {.tokens = TT, .rows = R, .full = tile<Vnni, TT, R>, .tok1 = tile<Vnni, 1, R>,
+          .row1 = mx4::tile<Vnni, TT, 1>, .one = mx4::tile<Vnni, 1, 1>, .prep = prep<R>};
+}
+
+}  // namespace gemm
+
 template <bool Vnni>
 struct Variants {
   static constexpr Gemv gemv[] = {{4, tile<Vnni, 1, 4>}, {8, tile<Vnni, 1, 8>}};
-  static constexpr Gemm gemm[] = {gemm_of<Tiles<Vnni>, 4, 1>(), gemm_of<Tiles<Vnni>, 2, 2>()};
-  static DtypeKernels kernels() { return {nullptr, gemv, gemm, kOrder}; }
+  static constexpr Gemm gemm[] = {gemm::of<Vnni, 4, 1>(), gemm_of<Tiles<Vnni>, 2, 2>()};
+  static DtypeKernels kernels() { return {nullptr, gemv, gemm, kOrder, nullptr, regroup_row}; }
 };
 
 }  // namespace mx4
