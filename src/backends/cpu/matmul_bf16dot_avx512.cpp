@@ -74,7 +74,10 @@ struct Bf16Src {
 // blocks the R rows lie in, every 4 chunks, with fp8_cvt16's operations on the
 // 128 codes of one sign, and a chunk is then a table lookup (two vpermt2w and a
 // blend) plus a flip of the sign bit, since rounding to nearest even is symmetric.
-template <int R>
+// Two: the R rows may straddle two 128-row scale blocks (else they lie in one, and
+// every row reads tab[0]: the compiler keeps those four tables in registers, where a
+// row-dependent pick kept them on the stack and reloaded them per chunk).
+template <int R, bool Two = true>
 struct Fp8Src {
   using T = uint8_t;
   const uint8_t* w;
@@ -100,10 +103,10 @@ struct Fp8Src {
   MX_INLINE void block(int64_t i) {
     if (i & 127) return;
     tabulate(rb0, i >> 7, tab[0]);
-    if (((r0 + R - 1) >> 7) != rb0) tabulate(rb0 + 1, i >> 7, tab[1]);
+    if (Two && ((r0 + R - 1) >> 7) != rb0) tabulate(rb0 + 1, i >> 7, tab[1]);
   }
   MX_INLINE __m512bh cvt(int r, __m256i b) const {
-    const __m512i(&t)[4] = tab[((r0 + r) >> 7) - rb0];
+    const __m512i(&t)[4] = tab[Two ? ((r0 + r) >> 7) - rb0 : 0];
     const __m512i c = _mm512_cvtepu8_epi16(b);
     const __m512i lo = _mm512_permutex2var_epi16(t[0], c, t[1]);  // codes & 63 (index bits 5:0)
     const __m512i hi = _mm512_permutex2var_epi16(t[2], c, t[3]);
@@ -258,7 +261,8 @@ void bf16_tile(const Args& a, int64_t t0, int64_t r0) {
 
 template <int TT, int R, bool PF>
 void fp8_tile(const Args& a, int64_t t0, int64_t r0) {
-  dot_rows<TT, R, PF>(a, Fp8Src<R>(a, r0), t0, r0);
+  if (((r0 + R - 1) >> 7) == (r0 >> 7)) dot_rows<TT, R, PF>(a, Fp8Src<R, false>(a, r0), t0, r0);
+  else dot_rows<TT, R, PF>(a, Fp8Src<R>(a, r0), t0, r0);
 }
 
 struct Bf16Tiles {
