@@ -337,20 +337,13 @@ namespace gemm {
 // The prepared rows of the tile this thread computes: half hx of row r is 8 vectors of
 // u8 weights at w + (hx * R + r) * 256 bytes, its 8 block scales (kOrder) at
 // ws + (hx * R + r) * 8.
-struct Rows {
-  Buffer buf;
-  uint8_t* w = nullptr;
-  float* ws = nullptr;
-};
-thread_local Rows t_rows;
+thread_local PrepBuffer t_buf;
+thread_local MxRows t_rows;
 
 template <int R>
 void prep(const Args& a, int64_t, int64_t r0) {
   const int64_t nb = a.in / 32, nh = (nb + 7) / 8, rb = a.in / 2;
-  const size_t wbytes = size_t(nh * R) * 256, bytes = wbytes + size_t(nh * R) * 32;
-  if (t_rows.buf.size() < bytes) t_rows.buf = Buffer(std::max(bytes, t_rows.buf.size() * 3 / 2));
-  t_rows.w = static_cast<uint8_t*>(t_rows.buf.data());
-  t_rows.ws = reinterpret_cast<float*>(t_rows.w + wbytes);
+  t_rows.place(t_buf, size_t(nh * R) * 256, size_t(nh * R) * 8);
   const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
   const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
   for (int r = 0; r < R; ++r)

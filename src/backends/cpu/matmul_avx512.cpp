@@ -274,19 +274,12 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
 // (fp8 * scale, the exact dequantized values) in a per-thread buffer, then the F32
 // tiles run on it: the same operations as the F32 matmul of the dequantized weight,
 // without converting each weight vector once per token tile.
-struct Rows {
-  Buffer buf;  // grow-only
-  float* get(size_t n) {
-    if (buf.size() < n * 4) buf = Buffer(std::max(n * 4, buf.size() * 3 / 2));
-    return static_cast<float*>(buf.data());
-  }
-};
-thread_local Rows t_rows;
+thread_local PrepBuffer t_rows;
 
 template <int R>
 void prep(const Args& a, int64_t, int64_t r0) {
   const int64_t in = a.in;
-  float* dst = t_rows.get(size_t(R * in));
+  float* dst = static_cast<float*>(t_rows.get(size_t(R * in) * sizeof(float)));
   for (int r = 0; r < R; ++r) {
     const uint8_t* w = static_cast<const uint8_t*>(a.w) + (r0 + r) * in;
     float* d = dst + r * in;
@@ -560,20 +553,13 @@ namespace gemm {
 // of u8 weights at w + (G * R + r) * 512 bytes, its 16 block scales (kOrder) at
 // ws + (G * R + r) * 16. Past a row's last block (the last group's tail) the weights
 // are 0 or 12 (load_group) and the scales 0, as q and sum12 are 0 there: they add +0.
-struct Rows {
-  Buffer buf;
-  uint8_t* w = nullptr;
-  float* ws = nullptr;
-};
-thread_local Rows t_rows;
+thread_local PrepBuffer t_buf;
+thread_local MxRows t_rows;
 
 template <int R>
 void prep(const Args& a, int64_t, int64_t r0) {
   const int64_t nb = a.in / 32, groups = (nb + 15) / 16, rb = a.in / 2;
-  const size_t wbytes = size_t(groups * R) * 512, bytes = wbytes + size_t(groups * R) * 64;
-  if (t_rows.buf.size() < bytes) t_rows.buf = Buffer(std::max(bytes, t_rows.buf.size() * 3 / 2));
-  t_rows.w = static_cast<uint8_t*>(t_rows.buf.data());
-  t_rows.ws = reinterpret_cast<float*>(t_rows.w + wbytes);
+  t_rows.place(t_buf, size_t(groups * R) * 512, size_t(groups * R) * 16);
   const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
   const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
   auto group = [&](int64_t G, int r, auto tail_tag) __attribute__((always_inline)) {

@@ -159,6 +159,25 @@ struct Gemm {
   bool fma = false;
 };
 
+// A GEMM's per-thread buffer for the rows its Gemm::prep prepares: it grows, never shrinks.
+struct PrepBuffer {
+  Buffer buf;
+  void* get(size_t bytes) {
+    if (buf.size() < bytes) buf = Buffer(std::max(bytes, buf.size() * 3 / 2));
+    return buf.data();
+  }
+};
+// The MXFP4 GEMMs' prepared rows in a PrepBuffer: wbytes of unpacked, regrouped
+// weights (w), then the blocks' scales (ws, n_scales floats).
+struct MxRows {
+  uint8_t* w = nullptr;
+  float* ws = nullptr;
+  void place(PrepBuffer& b, size_t wbytes, size_t n_scales) {
+    w = static_cast<uint8_t*>(b.get(wbytes + n_scales * sizeof(float)));
+    ws = reinterpret_cast<float*>(w + wbytes);
+  }
+};
+
 // Quantizes one token row of activations for the MXFP4 kernels (QuantAct layout);
 // inv_order[b] is block b's lane position within its 16-block group. Every ISA's
 // version performs the same IEEE operations (matmul_impl.h), so the same bits.
