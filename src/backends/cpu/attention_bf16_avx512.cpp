@@ -54,8 +54,9 @@ struct Avx512Bf16Attn : simd::Avx512 {
 // fma_exact holds), for CPUs where vdpbf16ps issues at a quarter of the FMA's rate
 // (Intel Xeon: prefill's Q.K^T and P.V at ~0.7x the f32 products' speed). The
 // halves come split from the packed words once per tile (queries), per block
-// (keys, values) and per block and tile (weights): qe / qo, ke / ko, ve / vo,
-// pe / po, each the f32 of the bf16 that vdpbf16ps would take. Half tiles (a
+// (keys) and per block and tile (weights), the values' straight from the cache
+// rows once per block: qe / qo, ke / ko, ve / vo, pe / po, each the f32 of the
+// bf16 that vdpbf16ps would take. Half tiles (a
 // decode token's GQA group) keep vdpbf16ps: a block's split keys and values serve
 // one tile of at most 8 rows there, and decode attention on FMAs measured 0.55x
 // (Intel Xeon, 1 thread, BF16 cache of 4096 positions: 5.5 -> 3.0 GB/s). In the half
