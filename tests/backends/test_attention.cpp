@@ -226,8 +226,8 @@ TEST(CpuAttention, LaterNonFiniteValuesDoNotReachEarlierQueries) {
 // The bf16 products' wide tiles on FMAs against vdpbf16ps, bit for bit: GQA, Qwen3's
 // groups of 7, odd head and value dims (keys packed, not read in place), MLA; BF16, FP8
 // and F32 caches (an F32 row rounded to bf16 on the way in: the FMA tiles widen the
-// values from the rows, vdpbf16ps reads the packed words). Inputs at ordinary sizes; queries scaled so that Q.K^T's products and
-// sums fall to denormals (flushed inside, as vdpbf16ps flushes them) and come back
+// values from the rows, vdpbf16ps reads the packed words). Inputs at ordinary sizes;
+// queries scaled so that Q.K^T's products and sums fall to denormals (flushed inside, as vdpbf16ps flushes them) and come back
 // normal after the scale (the caller's MXCSR); a large scale, so weights underflow;
 // values scaled so that P.V's products and sums are denormal and signed zeros reach
 // the first-key-only pairs (whose odd value is +0, as vdpbf16ps's).

@@ -53,10 +53,11 @@ struct Avx512Bf16Attn : simd::Avx512 {
 // (bf16_fma_avx512.h: the same IEEE operations, so the same bits; used only where
 // fma_exact holds), for CPUs where vdpbf16ps issues at a quarter of the FMA's rate
 // (Intel Xeon: prefill's Q.K^T and P.V at ~0.7x the f32 products' speed). The
-// halves come split from the packed words once per tile (queries), per block
-// (keys) and per block and tile (weights), the values' straight from the cache
-// rows once per block: qe / qo, ke / ko, ve / vo, pe / po, each the f32 of the
-// bf16 that vdpbf16ps would take. Half tiles (a
+// halves come split from the packed words once per tile (queries) and per block
+// (keys); the values' are widened from the cache rows once per block (an F32 row's
+// rounded to bf16 first), the weights' from their bf16 rounding per block and tile:
+// qe / qo, ke / ko, ve / vo, pe / po, each the f32 of the bf16 that vdpbf16ps would
+// take. Half tiles (a
 // decode token's GQA group) keep vdpbf16ps: a block's split keys and values serve
 // one tile of at most 8 rows there, and decode attention on FMAs measured 0.55x
 // (Intel Xeon, 1 thread, BF16 cache of 4096 positions: 5.5 -> 3.0 GB/s). In the half
@@ -194,8 +195,9 @@ struct Bf16Products {
   // Keys as rows of pairs (32 elements rounded by vcvtne2ps2bf16 are 16 pairs in
   // order; an odd head_dim's last pair gets a 0), unless read in place; for
   // half tiles, also keys 2jp and 2jp + 1 interleaved word by word; values as
-  // pairs of keys, per dim (past the block's end: 0). Every key a micro-tile of
-  // scores reads is there (the rows past n are the zero row).
+  // pairs of keys, per dim (past the block's end: 0; Fma: only for half tiles, the
+  // wide tiles' halves come from split_block). Every key a micro-tile of scores
+  // reads is there (the rows past n are the zero row).
   static void pack_block(const KeyBlock& b, int n, const AttnArgs& a) {
     const int hd = a.head_dim, vd = a.vd(), hp = pairs(hd);
     bool any_half = false, any_wide = false;

@@ -430,16 +430,18 @@ std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   // GEMM blocking {chunk_kib, rowblock_kib}: activations in L2 with every row streaming
   // past, or an L1-sized chunk against L2-sized row blocks. The float tiles default to
   // the first. The FMA tiles of bf16 activations widen a tile's rows once per chunk,
-  // so they also try a larger one (1024 KiB: 896 x 4864 1.24x on Intel Xeon). AVX2's
-  // MXFP4 tiles read each token's activations once per 16-block group per row, so
-  // they default to the second (measured up to 1.4x on 64-token GEMMs);
-  // AVX-512's (the regrouping ones) unpack a tile's rows once per chunk of tokens, so an
-  // L2-sized chunk against L2-sized row blocks (an L1-sized chunk is 4 tokens of
-  // 4864-wide rows).
+  // so they also try a larger one (1024 KiB: 896 x 4864 1.24x on Intel Xeon). The
+  // MXFP4 GEMMs (the regrouping ones) unpack a tile's rows once per chunk of tokens, so
+  // an L2-sized chunk against L2-sized row blocks (an L1-sized chunk is 4 tokens of
+  // 4864-wide rows); AVX2's, whose tile is 4 tokens x 1 row, first try 128 KiB (best
+  // of 32, 128 and 256 on Intel Xeon, BENCHMARKS.md). A kernel set without the
+  // regrouping GEMM starts from the L1-sized chunk.
   std::vector<std::pair<int, int>> blk = {{256, 0}, {32, 512}};
-  if (dtype == DType::MXFP4)
+  if (dtype == DType::MXFP4) {
     blk = dk->mx_regroup ? std::vector<std::pair<int, int>>{{256, 256}, {32, 256}, {256, 0}}
                          : std::vector<std::pair<int, int>>{{32, 256}, {256, 0}};
+    if (isa == Isa::Avx2 && dk->mx_regroup) blk.insert(blk.begin(), {128, 256});
+  }
   std::vector<std::pair<int, int>> fma_blk = blk;  // the float tiles', a larger chunk first
   fma_blk.insert(fma_blk.begin(), {1024, 0});
   for (int pf : pfs)

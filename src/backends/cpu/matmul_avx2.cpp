@@ -164,8 +164,9 @@ struct FloatVariants {
 // halves of a 16-block group go to two accumulators, so an output's 16 lanes are
 // (acc0, acc1), each in that order within its half (kOrder). Integer dot products:
 // AVX-VNNI vpdpbusd where the CPU has it (emitted by inline asm: this file is
-// compiled for plain AVX2), else vpmaddubsw + vpmaddwd (exact here: |2 products| <=
-// 2 * 24 * 127 fits int16, so nothing saturates). Both give the same integers.
+// compiled for plain AVX2), else vpmaddubsw + vpmaddwd (exact here: an int16 lane
+// sums at most 4 products, |4 * 24 * 127| = 12192, before vpmaddwd widens it to
+// int32, so nothing saturates). Both give the same integers.
 namespace mx4 {
 
 constexpr uint8_t kOrder[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
@@ -311,7 +312,8 @@ MX_INLINE void regroup4(const __m256i* x, __m256i* out) {
   out[3] = _mm256_unpackhi_epi64(a1, a3);
 }
 
-// A half's evens (lo) and odds (hi), regrouped: vector 4h + i at dst + 32 (4h + i).
+// A half's evens (lo) and odds (hi), regrouped: vector 4e + i (e = 0: evens, 1: odds)
+// at dst + 32 (4e + i).
 MX_INLINE void store_regrouped(const __m256i* lo, const __m256i* hi, void* dst) {
   __m256i v[8];
   regroup4(lo, v);

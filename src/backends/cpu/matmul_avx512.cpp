@@ -274,12 +274,12 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
 // (fp8 * scale, the exact dequantized values) in a per-thread buffer, then the F32
 // tiles run on it: the same operations as the F32 matmul of the dequantized weight,
 // without converting each weight vector once per token tile.
-thread_local PrepBuffer t_rows;
+thread_local PrepBuffer t_buf;
 
 template <int R>
 void prep(const Args& a, int64_t, int64_t r0) {
   const int64_t in = a.in;
-  float* dst = static_cast<float*>(t_rows.get(size_t(R * in) * sizeof(float)));
+  float* dst = static_cast<float*>(t_buf.get(size_t(R * in) * sizeof(float)));
   for (int r = 0; r < R; ++r) {
     const uint8_t* w = static_cast<const uint8_t*>(a.w) + (r0 + r) * in;
     float* d = dst + r * in;
@@ -303,7 +303,7 @@ void prep(const Args& a, int64_t, int64_t r0) {
 
 template <int TT, int R>
 void on_rows(const Args& a, int64_t t0, int64_t r0) {
-  dot_tile_w<F32W, TT, R>(a, static_cast<const float*>(t_rows.buf.data()), t0, r0);
+  dot_tile_w<F32W, TT, R>(a, static_cast<const float*>(t_buf.buf.data()), t0, r0);
 }
 
 template <int TT, int R>
