@@ -37,6 +37,7 @@ CpuFeatures detect() {
     f.avx512bw = b & (1u << 30);
     f.avx512vl = b & (1u << 31);
     f.avx512vnni = c & (1u << 11);
+    f.avx512vbmi = c & (1u << 1);
   }
   if (os_amx) {
     f.amx_bf16 = d & (1u << 22);
@@ -152,6 +153,7 @@ std::string cpu_features_string() {
   add(f.avx512vl, "avx512vl");
   add(f.avx512vnni, "avx512vnni");
   add(f.avx512bf16, "avx512bf16");
+  add(f.avx512vbmi, "avx512vbmi");
   add(f.avx_vnni, "avxvnni");
   add(f.amx_bf16, "amx-bf16");
   add(f.amx_int8, "amx-int8");

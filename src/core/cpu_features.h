@@ -16,6 +16,7 @@ inline bool is_gpu_isa(Isa i) { return int(i) >= int(Isa::Sm80); }
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
+  bool avx512vbmi = false;  // vpermb / vpermt2b: Ice Lake, Sapphire Rapids, Zen 4 and later (not Cooper Lake)
   bool avx_vnni = false, amx_bf16 = false, amx_int8 = false;
 };
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -335,11 +336,29 @@ Fp8Weights make_fp8(int64_t out, int64_t in, bool with_scales, std::mt19937& rng
   return w;
 }
 
+// The FP8 GEMV's two lookups of its table (matmul_impl.h, fp8_vbmi_lookup): 64 codes
+// at a time with vpermt2b where this CPU has AVX512-VBMI, and 32 with vpermt2w (there
+// too, switched off for the test, and everywhere else).
+std::vector<bool> fp8_lookups() {
+  if (cpu_features().avx512vbmi) return {true, false};
+  std::printf("[ matmul ] the FP8 GEMV's 64-code lookup not tested: no AVX512-VBMI here (%s)\n",
+              cpu_features_string().c_str());
+  return {false};
+}
+struct Fp8Lookup {  // the lookup for a scope, the previous one back after it
+  bool was;
+  explicit Fp8Lookup(bool vbmi) : was(matmul_detail::set_fp8_vbmi_lookup(vbmi)) {}
+  ~Fp8Lookup() { matmul_detail::set_fp8_vbmi_lookup(was); }
+};
+const char* lookup_name(bool vbmi) { return vbmi ? " (vpermt2b lookup)" : ""; }
+
 TEST(MatmulQuant, Fp8MatchesReferenceAndDequantizedF32) {
   std::mt19937 rng(11);
   struct Shape { int64_t out, in; };
+  for (bool vbmi : fp8_lookups())
   for (bool with_scales : {true, false})
     for (Shape s : {Shape{130, 300}, Shape{257, 129}, Shape{3, 17}, Shape{64, 128}, Shape{20, 1000}}) {
+      const Fp8Lookup lookup(vbmi);
       Fp8Weights w = make_fp8(s.out, s.in, with_scales, rng);
       OwnedTensor deq = dequantize_f32(w.tensor());
       const float* dq = deq.t.as<float>();
@@ -354,7 +373,7 @@ TEST(MatmulQuant, Fp8MatchesReferenceAndDequantizedF32) {
         for (Isa isa : cpu_isas()) {
           const bool b16 = matmul_bf16_activations(isa);
           const std::string what = label(isa_name(isa), s.out, s.in, n) + (with_scales ? "" : " unscaled") +
-                                   (b16 ? " bf16 activations" : "");
+                                   (b16 ? " bf16 activations" : "") + lookup_name(vbmi);
           std::vector<float> y(size_t(n * s.out), NAN), yf(y.size(), NAN);
           matmul_isa(isa, y.data(), x.data(), w.tensor(), n, pool2());
           // The weights are formed exactly as dequantize_f32 forms them, then the F32
@@ -387,9 +406,11 @@ TEST(MatmulQuant, Fp8MatchesReferenceAndDequantizedF32) {
 TEST(MatmulQuant, Fp8BatchInvariantBitwise) {
   std::mt19937 rng(13);
   struct Shape { int64_t out, in, n; };
+  for (bool vbmi : fp8_lookups())
   for (Isa isa : cpu_isas())
     for (Shape s : {Shape{300, 1000, 17}, Shape{130, 200, 6}, Shape{40, 4500, 19}}) {  // 4500: column blocks
-      const std::string what = label(isa_name(isa), s.out, s.in, s.n);
+      const Fp8Lookup lookup(vbmi);
+      const std::string what = label(isa_name(isa), s.out, s.in, s.n) + lookup_name(vbmi);
       Fp8Weights w = make_fp8(s.out, s.in, true, rng);
       const Tensor wt = w.tensor();
       std::vector<float> x = mxtest::randn(size_t(s.n * s.in), rng);
@@ -412,13 +433,19 @@ TEST(MatmulQuant, Fp8BatchInvariantBitwise) {
 }
 
 TEST(MatmulQuant, Fp8NanCodesPropagate) {
-  std::vector<uint8_t> codes(2 * 40, 0x38);  // 1.0
-  codes[40 + 7] = 0xFF;                      // row 1: NaN
-  std::vector<float> x(40, 1.0f), y(2);
-  for (Isa isa : cpu_isas()) {
-    matmul_isa(isa, y.data(), x.data(), Tensor(DType::F8_E4M3, {2, 40}, codes.data()), 1, pool1());
-    EXPECT_EQ(y[0], 40.0f) << isa_name(isa);
-    EXPECT_TRUE(std::isnan(y[1])) << isa_name(isa);
+  // Rows of 40 (a 32-column chunk and a tail) and of 80 (a 64-code lookup first).
+  for (int64_t in : {40, 80}) {
+    std::vector<uint8_t> codes(size_t(2 * in), 0x38);  // 1.0
+    codes[size_t(in + 7)] = 0xFF;                       // row 1: NaN
+    std::vector<float> x(size_t(in), 1.0f), y(2);
+    for (bool vbmi : fp8_lookups()) {
+      const Fp8Lookup lookup(vbmi);
+      for (Isa isa : cpu_isas()) {
+        matmul_isa(isa, y.data(), x.data(), Tensor(DType::F8_E4M3, {2, in}, codes.data()), 1, pool1());
+        EXPECT_EQ(y[0], float(in)) << isa_name(isa) << lookup_name(vbmi);
+        EXPECT_TRUE(std::isnan(y[1])) << isa_name(isa) << lookup_name(vbmi);
+      }
+    }
   }
 }
 

@@ -241,6 +241,13 @@ Kernels scalar_kernels() {
   return k;
 }
 
+static std::atomic<bool>& fp8_vbmi_setting() {
+  static std::atomic<bool> on{cpu_features().avx512vbmi};
+  return on;
+}
+bool fp8_vbmi_lookup() { return fp8_vbmi_setting().load(std::memory_order_relaxed); }
+bool set_fp8_vbmi_lookup(bool on) { return fp8_vbmi_setting().exchange(on && cpu_features().avx512vbmi); }
+
 namespace {
 
 const Kernels& kernels(Isa isa) {

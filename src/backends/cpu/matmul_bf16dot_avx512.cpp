@@ -259,10 +259,74 @@ void bf16_tile(const Args& a, int64_t t0, int64_t r0) {
   dot_rows<TT, R, PF>(a, Bf16Src{static_cast<const uint16_t*>(a.w) + r0 * a.in, a.in}, t0, r0);
 }
 
+// The FP8 GEMV on AVX512-VBMI: dot_rows' sequence for Fp8Src's rows (R rows in one
+// 128-row scale block), but 64 codes at a time looked up in the same table split into
+// bytes: vpermt2b finds a code's low and high bf16 byte among 128 (its bits 6:0), the
+// sign bit flips the high byte's, and vpunpck{l,h}bw pair the bytes into the bf16 words
+// of columns [i, i + 32) and [i + 32, i + 64) (the codes' qwords ordered 0 4 1 5 2 6 3 7
+// first, so each 128-bit lane's low and high halves are those columns). Two vpermt2b,
+// one vpermq and two unpacks per 64 codes on the shuffle port, where Fp8Src::cvt spends
+// two vpermt2w (2 cycles each on Intel Xeon), a vpmovzxbw and a vptestmw per 32. The
+// same words in the same order reach the same vdpbf16ps, so the same bits; a row's last
+// 32-column chunk and its tail go through Fp8Src::load / tail as in dot_rows.
+template <int TT, int R, bool PF>
+__attribute__((target("avx512vbmi"))) void fp8_tile_vbmi(const Args& a, int64_t t0, int64_t r0) {
+  Fp8Src<R, false> src(a, r0);
+  const int64_t in = a.in, xs = a.xb_stride, ahead = PF ? a.prefetch : 0;
+  const uint16_t* x = a.xb + t0 * xs;
+  __m512 acc[TT][R];
+  start(Cols{0, 0, nullptr}, acc);
+  __m512i tb[4];  // the table's bytes: low of codes 0..63, of 64..127; high of 0..63, of 64..127
+  const __m512i order = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), sign = _mm512_set1_epi8(int8_t(0x80));
+  auto dot = [&](int r, __m512bh v, int64_t i) __attribute__((always_inline)) {
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) acc[t][r] = _mm512_dpbf16_ps(acc[t][r], v, load_bh(x + t * xs + i));
+  };
+  int64_t i = 0;
+  for (; i + 2 * K <= in; i += 2 * K) {
+    if (!(i & 127)) {
+      src.block(i);
+      for (int h = 0; h < 2; ++h) {
+        const __m512i* t = src.tab[0] + 2 * h;  // words of codes 64h .. 64h + 63
+        tb[h] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(t[0])), _mm512_cvtepi16_epi8(t[1]), 1);
+        tb[2 + h] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(t[0], 8))),
+                                       _mm512_cvtepi16_epi8(_mm512_srli_epi16(t[1], 8)), 1);
+      }
+    }
+    if (PF && ahead > 0) {  // as dot_rows: near the end of the rows, the next tile's
+      const uint8_t* pf = src.w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512i c = _mm512_permutexvar_epi64(order, _mm512_loadu_si512(src.w + r * in + i));
+      const __m512i lo = _mm512_permutex2var_epi8(tb[0], c, tb[1]);
+      // high ^ (code & 0x80): a negative code flips the sign of bf16(|code| * s), as in cvt
+      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(tb[2], c, tb[3]), c, sign, 0x78);
+      dot(r, __m512bh(_mm512_unpacklo_epi8(lo, hi)), i);
+      dot(r, __m512bh(_mm512_unpackhi_epi8(lo, hi)), i + K);
+    }
+  }
+  for (; i + K <= in; i += K) {
+    src.block(i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) dot(r, src.load(r, i), i);
+  }
+  if (i < in) {
+    src.block(i);
+    const __mmask32 m = __mmask32((uint64_t(1) << (in - i)) - 1);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) dot(r, src.tail(r, i, m), i);
+  }
+  store_hsums(a.y + t0 * a.out + r0, a.out, acc);
+}
+
 template <int TT, int R, bool PF>
 void fp8_tile(const Args& a, int64_t t0, int64_t r0) {
-  if (((r0 + R - 1) >> 7) == (r0 >> 7)) dot_rows<TT, R, PF>(a, Fp8Src<R, false>(a, r0), t0, r0);
-  else dot_rows<TT, R, PF>(a, Fp8Src<R>(a, r0), t0, r0);
+  if (((r0 + R - 1) >> 7) != (r0 >> 7)) dot_rows<TT, R, PF>(a, Fp8Src<R>(a, r0), t0, r0);
+  else if (fp8_vbmi_lookup()) fp8_tile_vbmi<TT, R, PF>(a, t0, r0);
+  else dot_rows<TT, R, PF>(a, Fp8Src<R, false>(a, r0), t0, r0);
 }
 
 struct Bf16Tiles {

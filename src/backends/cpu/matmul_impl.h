@@ -311,6 +311,12 @@ Kernels avx512_kernels();  // MXFP4 needs AVX512-VNNI, else it takes AVX2's
 // The BF16 and F8_E4M3 kernels over bf16 activations (need AVX512-BF16).
 DtypeKernels avx512_bf16dot_kernels();
 DtypeKernels avx512_fp8dot_kernels();
+// Whether the FP8 GEMV tiles look their codes up 64 at a time with vpermt2b (CPUs with
+// AVX512-VBMI; the same table and so the same bits as the 32-code vpermt2w lookup, which
+// every other FP8 path takes): on by default where the CPU has it. Tests switch it off
+// to run the other path; the setter returns the previous setting.
+bool fp8_vbmi_lookup();
+bool set_fp8_vbmi_lookup(bool on);
 
 // MXFP4 weight scale byte -> 2^(e-127), 0xFF -> NaN, and 0 (2^-127, a subnormal) -> 0:
 // the scalar form of what every kernel computes. Flushing costs nothing numerically
