@@ -338,10 +338,12 @@ Fp8Weights make_fp8(int64_t out, int64_t in, bool with_scales, std::mt19937& rng
 
 // The FP8 GEMV's two lookups of its table (matmul_impl.h, fp8_vbmi_lookup): 64 codes
 // at a time with vpermt2b where this CPU has AVX512-VBMI, and 32 with vpermt2w (there
-// too, switched off for the test, and everywhere else).
+// too, switched off for the test, and everywhere else). Both are in the bf16-activation
+// kernels (AVX512-BF16).
 std::vector<bool> fp8_lookups() {
-  if (cpu_features().avx512vbmi) return {true, false};
-  std::printf("[ matmul ] the FP8 GEMV's 64-code lookup not tested: no AVX512-VBMI here (%s)\n",
+  if (cpu_features().avx512vbmi && matmul_bf16_activations(Isa::Avx512)) return {true, false};
+  std::printf("[ matmul ] the FP8 GEMV's 64-code lookup not tested: it needs AVX512-VBMI and bf16 activations "
+              "(AVX512-BF16, MXSERVE_BF16_ACTIVATIONS not 0); here: %s\n",
               cpu_features_string().c_str());
   return {false};
 }

@@ -282,6 +282,13 @@ __attribute__((target("avx512vbmi"))) void fp8_tile_vbmi(const Args& a, int64_t 
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t) acc[t][r] = _mm512_dpbf16_ps(acc[t][r], v, load_bh(x + t * xs + i));
   };
+  // As dot_rows: a line ahead on each row per 64 columns; near the end of the rows, the next tile's.
+  auto prefetch = [&](int64_t i) __attribute__((always_inline)) {
+    if (!PF || ahead <= 0 || (i & 63)) return;
+    const uint8_t* pf = src.w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
+  };
   int64_t i = 0;
   for (; i + 2 * K <= in; i += 2 * K) {
     if (!(i & 127)) {
@@ -293,11 +300,7 @@ __attribute__((target("avx512vbmi"))) void fp8_tile_vbmi(const Args& a, int64_t 
                                        _mm512_cvtepi16_epi8(_mm512_srli_epi16(t[1], 8)), 1);
       }
     }
-    if (PF && ahead > 0) {  // as dot_rows: near the end of the rows, the next tile's
-      const uint8_t* pf = src.w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
-    }
+    prefetch(i);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512i c = _mm512_permutexvar_epi64(order, _mm512_loadu_si512(src.w + r * in + i));
@@ -310,6 +313,7 @@ __attribute__((target("avx512vbmi"))) void fp8_tile_vbmi(const Args& a, int64_t 
   }
   for (; i + K <= in; i += K) {
     src.block(i);
+    prefetch(i);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) dot(r, src.load(r, i), i);
   }
