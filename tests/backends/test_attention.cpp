@@ -227,10 +227,11 @@ TEST(CpuAttention, LaterNonFiniteValuesDoNotReachEarlierQueries) {
 // groups of 7, odd head and value dims (keys packed, not read in place), MLA; BF16, FP8
 // and F32 caches (an F32 row rounded to bf16 on the way in: the FMA tiles widen the
 // values from the rows, vdpbf16ps reads the packed words). Inputs at ordinary sizes;
-// queries scaled so that Q.K^T's products and sums fall to denormals (flushed inside, as vdpbf16ps flushes them) and come back
-// normal after the scale (the caller's MXCSR); a large scale, so weights underflow;
-// values scaled so that P.V's products and sums are denormal and signed zeros reach
-// the first-key-only pairs (whose odd value is +0, as vdpbf16ps's).
+// queries scaled so that Q.K^T's products and sums fall to denormals (flushed inside,
+// as vdpbf16ps flushes them) and come back normal after the scale (the caller's
+// MXCSR); a large scale, so weights underflow; values scaled so that P.V's products
+// and sums are denormal and signed zeros reach the first-key-only pairs (whose odd
+// value is +0, as vdpbf16ps's).
 TEST(CpuAttention, Bf16ProductsOnFmasGiveTheVdpbf16psBits) {
   if (!attention_bf16_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX512-BF16 here: " << cpu_features_string();
   if (!bf16_fma_testable()) GTEST_SKIP() << "this CPU's vdpbf16ps is not two FMAs: " << cpu_features_string();

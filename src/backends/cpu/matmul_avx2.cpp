@@ -212,6 +212,13 @@ MX_INLINE __m256i pair_dot(__m256i acc, __m256i lo, __m256i xe, __m256i hi, __m2
 // A half's load j of activations: its evens at kEven[j] (QuantAct), its odds 64 bytes on.
 constexpr int kEven[4] = {0, 32, 128, 160};
 
+// acc + float(d - sum12) * ws * s per lane: a block's integer dot product less its +12
+// offset's share (exact in f32), times its weight and activation scales, the one FMA per
+// block and lane of the scheme (matmul_impl.h); half_step and the GEMM's tile both end so.
+MX_INLINE __m256 add_blocks(__m256 acc, __m256i d, __m256i sum12, __m256 ws, __m256 s) {
+  return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, sum12)), ws), s, acc);
+}
+
 // acc[p] = fma(float(d) * ws, s, acc[p]) for the 8 blocks of a half group; xq at
 // the half's first block.
 template <bool Vnni>
@@ -227,8 +234,8 @@ MX_INLINE __m256 half_step(__m256 acc, const Half& h, const int8_t* xq, const fl
   const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
   const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
   const __m256i sums = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
-  const __m256i d = _mm256_sub_epi32(sums, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum)));
-  return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d), h.ws), _mm256_loadu_ps(xs), acc);
+  return add_blocks(acc, sums, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum)), h.ws,
+                    _mm256_loadu_ps(xs));
 }
 
 // An output's two accumulators (its 16 lanes, kOrder within each half) back to natural
@@ -401,9 +408,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
       const __m256 s = _mm256_loadu_ps(xs + t * qa.nbp + hx * 8);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
-        acc[t][r][k] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d[t][r], sum12)),
-                                                     _mm256_loadu_ps(t_rows.ws + (hx * R + r) * 8)),
-                                       s, acc[t][r][k]);
+        acc[t][r][k] = add_blocks(acc[t][r][k], d[t][r], sum12, _mm256_loadu_ps(t_rows.ws + (hx * R + r) * 8), s);
     }
   }
   store_sums(a, t0, r0, acc);

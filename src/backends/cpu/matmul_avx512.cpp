@@ -370,6 +370,13 @@ MX_INLINE void load_group(const uint8_t* wp, const uint8_t* sp, int nblk, Group&
   g.ws = _mm512_castsi512_ps(bits);
 }
 
+// acc + float(d - sum12) * ws * s per lane: a block's integer dot product less its +12
+// offset's share (exact in f32), times its weight and activation scales, the one FMA per
+// block and lane of the scheme (matmul_impl.h); group_step and regrouped_step both end so.
+MX_INLINE __m512 add_blocks(__m512 acc, __m512i d, __m512i sum12, __m512 ws, __m512 s) {
+  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(d, sum12)), ws), s, acc);
+}
+
 // acc[p] = fma(float(d) * ws, s, acc[p]) for the 16 blocks of one group; nj: the
 // 4-block loads present (4 but in a row's last group).
 MX_INLINE __m512 group_step(__m512 acc, const Group& g, const int8_t* xq, const float* xs,
@@ -387,8 +394,7 @@ MX_INLINE __m512 group_step(__m512 acc, const Group& g, const int8_t* xq, const 
   const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
   const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
   const __m512i sums = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
-  const __m512i d = _mm512_sub_epi32(sums, _mm512_loadu_si512(xsum));
-  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), g.ws), _mm512_loadu_ps(xs), acc);
+  return add_blocks(acc, sums, _mm512_loadu_si512(xsum), g.ws, _mm512_loadu_ps(xs));
 }
 
 // Regrouping (the GEMM, and the tiles of 4 or more tokens that read the packed rows):
@@ -469,9 +475,7 @@ MX_INLINE void regrouped_step(__m512 (&acc)[TT][R], const uint8_t* w, const floa
     const __m512 s = _mm512_loadu_ps(xs + t * nbp);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
-      acc[t][r] = _mm512_fmadd_ps(
-          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(d[t][r], sum12)), _mm512_loadu_ps(ws + 16 * r)), s,
-          acc[t][r]);
+      acc[t][r] = add_blocks(acc[t][r], d[t][r], sum12, _mm512_loadu_ps(ws + 16 * r), s);
   }
 }
 

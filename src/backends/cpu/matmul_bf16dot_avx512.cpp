@@ -157,6 +157,17 @@ MX_INLINE void finish(const Args& a, Cols cols, int64_t k_end, int64_t t0, int64
   store_hsums(a.y + t0 * a.out + r0, a.out, acc);
 }
 
+// The GEMV tiles' software prefetch at column i of R rows of T (row stride in): once per
+// 64 bytes of weights, the line `ahead` elements on in each row; near the end of the
+// rows, the start of the next tile's rows instead.
+template <int R, class T>
+MX_INLINE void prefetch_rows(const T* w, int64_t i, int64_t ahead, int64_t in) {
+  if (ahead <= 0 || ((i * int64_t(sizeof(T))) & 63)) return;
+  const T* pf = w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
+}
+
 // y[t0 .. t0+TT, r0 .. r0+R) from the weight source's rows. PF: software prefetch
 // a.prefetch bytes ahead on each row, one 64-byte line per 64 bytes of weights
 // (every chunk of bf16, every other of FP8; the GEMV tiles, as stream_tile in
@@ -185,12 +196,7 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
   };
   int64_t i = cols.k0;
   for (; i + K <= k_end; i += K) {
-    if (PF && ahead > 0 && !((i * int64_t(sizeof(T))) & 63)) {
-      // Near the end of the rows, the start of the next tile's rows instead.
-      const T* pf = src.w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
-    }
+    if (PF) prefetch_rows<R>(src.w, i, ahead, in);
     chunk(i, [&src](int r, int64_t j) __attribute__((always_inline)) { return src.load(r, j); });
   }
   if (i < k_end) {
@@ -282,13 +288,6 @@ __attribute__((target("avx512vbmi"))) void fp8_tile_vbmi(const Args& a, int64_t 
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t) acc[t][r] = _mm512_dpbf16_ps(acc[t][r], v, load_bh(x + t * xs + i));
   };
-  // As dot_rows: a line ahead on each row per 64 columns; near the end of the rows, the next tile's.
-  auto prefetch = [&](int64_t i) __attribute__((always_inline)) {
-    if (!PF || ahead <= 0 || (i & 63)) return;
-    const uint8_t* pf = src.w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
-  };
   int64_t i = 0;
   for (; i + 2 * K <= in; i += 2 * K) {
     if (!(i & 127)) {
@@ -300,7 +299,7 @@ __attribute__((target("avx512vbmi"))) void fp8_tile_vbmi(const Args& a, int64_t 
                                        _mm512_cvtepi16_epi8(_mm512_srli_epi16(t[1], 8)), 1);
       }
     }
-    prefetch(i);
+    if (PF) prefetch_rows<R>(src.w, i, ahead, in);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512i c = _mm512_permutexvar_epi64(order, _mm512_loadu_si512(src.w + r * in + i));
@@ -313,7 +312,7 @@ __attribute__((target("avx512vbmi"))) void fp8_tile_vbmi(const Args& a, int64_t 
   }
   for (; i + K <= in; i += K) {
     src.block(i);
-    prefetch(i);
+    if (PF) prefetch_rows<R>(src.w, i, ahead, in);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) dot(r, src.load(r, i), i);
   }
