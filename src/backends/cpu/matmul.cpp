@@ -230,6 +230,16 @@ const uint16_t* bf16_activations(const float* x, int64_t n, int64_t in, int64_t 
   return dst;
 }
 
+// The same rows widened to f32 for the FMA tiles (Args::xw), in storage of their own:
+// the bf16 rows stay valid beside them.
+thread_local ActScratch t_wide;
+const float* widened_activations(const uint16_t* xb, int64_t n, int64_t stride, Bf16WidenFn widen,
+                                 ThreadPool& pool) {
+  float* dst = static_cast<float*>(t_wide.get(size_t(n * stride) * 4 + 64));
+  for_each_row(n, stride, pool, [&](int64_t t) { widen(xb + t * stride, stride, dst + t * stride); });
+  return dst;
+}
+
 }  // namespace
 
 Kernels scalar_kernels() {
@@ -330,11 +340,6 @@ void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, c
     a.x_row_bytes = r.qa.q_stride + r.qa.nbp * 8;
   }
   if (w.dtype == DType::F8_E4M3) a.scale_cols = (a.in + 127) / 128;
-  if (dk->bf16_act) {
-    a.xb_stride = (a.in + 31) / 32 * 32;
-    a.xb = shared ? shared->a.xb : bf16_activations(x, n_tokens, a.in, a.xb_stride, dk->bf16_act, pool);
-    a.x_row_bytes = a.xb_stride * 2;
-  }
   a.chunk_bytes = int64_t(std::max(c.chunk_kib, 1)) << 10;
   a.rowblock_bytes = int64_t(std::max(c.rowblock_kib, 0)) << 10;
   a.w_row_bytes = w.dtype == DType::MXFP4 ? a.in / 2 + a.in / 32 : int64_t(dtype_bytes(w.dtype, a.in));
@@ -344,6 +349,16 @@ void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, c
   // decode step's GEMV only needs its own tile's rows, which halves a small
   // matrix evenly (k / v 128 x 896: 64 + 64 rows, not 72 + 56).
   r.grain = streams(r.p, n_tokens) ? r.p.gemv->rows : r.p.row_block;
+  if (dk->bf16_act) {
+    a.xb_stride = (a.in + 31) / 32 * 32;
+    a.xb = shared ? shared->a.xb : bf16_activations(x, n_tokens, a.in, a.xb_stride, dk->bf16_act, pool);
+    a.x_row_bytes = a.xb_stride * 2;
+    if (r.p.gemm->fma && !streams(r.p, n_tokens) && a.in <= dk->bf16_widen_max_in) {
+      a.xw = shared ? shared->a.xw : nullptr;
+      if (!a.xw) a.xw = widened_activations(a.xb, n_tokens, a.xb_stride, dk->bf16_widen, pool);
+      a.x_row_bytes = a.xb_stride * 4;
+    }
+  }
 }
 
 // Runs n <= kMatmulManyMax prepared matmuls: each one's tiles (grains of rows) in one
@@ -403,7 +418,9 @@ void matmul_many(float* const* ys, const float* x, const Tensor* const* ws, int 
   const Prepared* shared = nullptr;
   for (int i = 0; i < n; ++i) {
     prepare(r[i], k, isa, ys[i], x, *ws[i], n_tokens, pool, nullptr, bf16_act, shared);
-    if (!r[i].empty && !shared) shared = &r[i];
+    // The latest: it holds what every one before it made (the widened activations
+    // appear with the first that runs FMA tiles).
+    if (!r[i].empty) shared = &r[i];
   }
   run_prepared(r, n, pool);
 }

@@ -427,59 +427,102 @@ void prep_fp8(const Args& a, int64_t, int64_t r0) {
   prep_rows<R>(a, Fp8Src<R>(a, r0));
 }
 
-// dot_rows' outputs on the rows prep_rows widened, two FMAs per 32 columns. Columns
-// run to the zero padding of the last 32.
-template <int TT, int R>
+// The activations in the rows' order (Args::xw): per 32 columns the 16 odd elements
+// widened, then the 16 even ones, once per call, so the tiles' loops hold only loads
+// and FMAs. Widened in the tile instead (an AND or a shift per token and 16 columns,
+// on the ports the FMAs use, once per row tile) 4 x 6 ran at 138 against 163 GFLOP/s
+// (896 columns, 1 thread, Intel Xeon; BENCHMARKS.md). Rows in column blocks (chunk_rows)
+// keep that: there the f32 activations, twice the bytes from L2 per FMA, measured slower.
+constexpr int64_t kWidenMaxIn = 2 * kColBlock;
+
+void widen_row(const uint16_t* xb, int64_t stride, float* dst) {
+  for (int64_t i = 0; i < stride; i += K) {
+    const __m512i v = _mm512_loadu_si512(xb + i);
+    _mm512_storeu_ps(dst + i, odd_half(v));
+    _mm512_storeu_ps(dst + i + 16, even_half(v));
+  }
+}
+
+// dot_rows' outputs on the rows prep_rows widened, two FMAs per 32 columns: the odd
+// elements, then the even ones. Wide: the activations from Args::xw, else widened
+// from Args::xb in registers. Columns run to the zero padding of the last 32.
+template <int TT, int R, bool Wide>
 MX_INLINE void dot_widened(const Args& a, int64_t t0, int64_t r0, Cols cols) {
   const int64_t stride = a.xb_stride, k_end = cols.keep ? cols.k1 : a.in;
   const float* w = static_cast<const float*>(t_rows.data());
-  const uint16_t* x = a.xb + t0 * stride;
+  // Token t's activations at columns [i, i + 32), half h (0: odd, 1: even).
+  auto x_half = [&](int t, int64_t i, int h) __attribute__((always_inline)) {
+    if constexpr (Wide) {
+      return _mm512_loadu_ps(a.xw + (t0 + t) * stride + i + 16 * h);
+    } else {
+      const __m512i v = _mm512_loadu_si512(a.xb + (t0 + t) * stride + i);
+      return h ? even_half(v) : odd_half(v);
+    }
+  };
   __m512 acc[TT][R];
   start(cols, acc);
-  // The TT activations widened into registers, then one weight vector at a time: 4 x 6
-  // needs 24 + 4 + 1 vectors and the AND's constant, where all R weights and one
-  // activation needed 32 (GCC 12 spills some in both; this order measured 0-4% faster
-  // on the Intel Xeon, 1 thread, BENCHMARKS.md).
-  auto half = [&](int64_t i, int h, auto widen) __attribute__((always_inline)) {
-    __m512 xv[TT];
+  // The TT activations in registers, then one weight vector at a time (4 x 6: 24 + 4 + 1
+  // vectors), or with Wide and more tokens than rows, the R weights, then one activation
+  // at a time (8 x 3: 24 + 3 + 1; with the widening's constant and temporaries that
+  // order measured slower on long rows). The asm keeps a weight vector in its register:
+  // else the compiler folds its load into each of its FMAs, TT loads where one will do
+  // (measured: load-bound).
+  auto half = [&](int64_t i, int h) __attribute__((always_inline)) {
+    if constexpr (TT <= R || !Wide) {
+      __m512 xv[TT];
 #pragma GCC unroll 8
-    for (int t = 0; t < TT; ++t) xv[t] = widen(_mm512_loadu_si512(x + t * stride + i));
+      for (int t = 0; t < TT; ++t) xv[t] = x_half(t, i, h);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      __m512 wv = _mm512_loadu_ps(w + r * stride + i + 16 * h);
-      // In a register: else the compiler folds the load into each of the TT FMAs,
-      // TT loads of it where one will do (measured: load-bound).
-      __asm__("" : "+v"(wv));
+      for (int r = 0; r < R; ++r) {
+        __m512 wv = _mm512_loadu_ps(w + r * stride + i + 16 * h);
+        __asm__("" : "+v"(wv));
 #pragma GCC unroll 8
-      for (int t = 0; t < TT; ++t) acc[t][r] = _mm512_fmadd_ps(wv, xv[t], acc[t][r]);
+        for (int t = 0; t < TT; ++t) acc[t][r] = _mm512_fmadd_ps(wv, xv[t], acc[t][r]);
+      }
+    } else {
+      __m512 wv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        wv[r] = _mm512_loadu_ps(w + r * stride + i + 16 * h);
+        __asm__("" : "+v"(wv[r]));
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t) {
+        __m512 xv = x_half(t, i, h);
+        __asm__("" : "+v"(xv));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
+      }
     }
   };
   {
     DazFtz g;
     for (int64_t i = cols.k0; i < k_end; i += K) {
-      half(i, 0, [](__m512i v) __attribute__((always_inline)) { return odd_half(v); });
-      half(i, 1, [](__m512i v) __attribute__((always_inline)) { return even_half(v); });
+      half(i, 0);
+      half(i, 1);
     }
   }
   finish(a, cols, k_end, t0, r0, acc);
 }
 
-template <int R>
+template <int R, bool Wide>
 struct ChunkFma {
   template <int TT>
   MX_INLINE void run(const Args& a, int64_t t0, int64_t r0, Cols cols) const {
-    dot_widened<TT, R>(a, t0, r0, cols);
+    dot_widened<TT, R, Wide>(a, t0, r0, cols);
   }
 };
 
 template <int TT, int R>
 void tile(const Args& a, int64_t t0, int64_t r0) {
-  dot_widened<TT, R>(a, t0, r0, {0, 0, nullptr});
+  if (a.xw) dot_widened<TT, R, true>(a, t0, r0, {0, 0, nullptr});
+  else dot_widened<TT, R, false>(a, t0, r0, {0, 0, nullptr});
 }
 
 template <int TT, int R>
 void chunk(const Args& a, int64_t c0, int64_t c1, int64_t r0) {
-  chunk_rows<TT, R>(a, ChunkFma<R>{}, c0, c1, r0);
+  if (a.xw) chunk_rows<TT, R>(a, ChunkFma<R, true>{}, c0, c1, r0);
+  else chunk_rows<TT, R>(a, ChunkFma<R, false>{}, c0, c1, r0);
 }
 
 // The vdpbf16ps GEMM `g` of the same shape with its rows and tokens on FMAs; rows
@@ -520,12 +563,16 @@ constexpr size_t kDotGemms = 2;  // the vdpbf16ps tiles, first in each
 DtypeKernels avx512_bf16dot_kernels() {
   DtypeKernels k{nullptr, kBf16Gemv, std::span(kBf16Gemm).first(fma::fma_exact() ? std::size(kBf16Gemm) : kDotGemms)};
   k.bf16_act = round_row;
+  k.bf16_widen = fma::widen_row;
+  k.bf16_widen_max_in = fma::kWidenMaxIn;
   return k;
 }
 
 DtypeKernels avx512_fp8dot_kernels() {
   DtypeKernels k{nullptr, kFp8Gemv, std::span(kFp8Gemm).first(fma::fma_exact() ? std::size(kFp8Gemm) : kDotGemms)};
   k.bf16_act = round_row;
+  k.bf16_widen = fma::widen_row;
+  k.bf16_widen_max_in = fma::kWidenMaxIn;
   return k;
 }
 
