@@ -101,7 +101,8 @@ MX_INLINE void dot_tile_w(const Args& a, const typename L::T* w, int64_t t0, int
     for (int r = 0; r < R; ++r) wv[r] = load_w(r);
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t) {
-      const __m512 xv = load_x(x + t * in);
+      __m512 xv = load_x(x + t * in);
+      __asm__("" : "+v"(xv));  // in a register: else GCC may fold its load into each of the R FMAs
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
     }
