@@ -42,7 +42,8 @@ struct KernelConfig {
   int tile_tokens = 4;  // GEMM tile: tokens ...
   int tile_rows = 6;    //   ... x weight rows, all kept in registers
   int prefetch = 1024;  // GEMV software prefetch distance, bytes ahead on each row (0: none)
-  // GEMM cache blocking: tokens go in chunks of ~chunk_kib KiB of activations, and
+  // GEMM cache blocking: tokens go in chunks of ~chunk_kib KiB of activations (as the
+  // tile reads them: f32, int8 + scales, bf16, or f32 widened from bf16), and
   // (rowblock_kib > 0) rows in blocks of ~rowblock_kib KiB of weights that stay in
   // L2 while the chunks pass; 0: each chunk streams all of a thread's rows.
   int chunk_kib = 256;

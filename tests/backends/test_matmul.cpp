@@ -189,7 +189,9 @@ TEST(Matmul, Bf16FmaTilesGiveTheVdpbf16psBits) {
     GTEST_SKIP() << "this CPU's vdpbf16ps is not two rounded FMAs, so no FMA tiles (" << cpu_model_name() << ")";
   std::mt19937 rng(31);
   struct Shape { int64_t out, in, n; };
-  for (Shape s : {Shape{49, 4097, 17}, Shape{77, 301, 40}, Shape{13, 32, 9}}) {
+  // 2048 and 2080: the longest rows the FMA tiles read widened activations for, and rows
+  // just past them (column blocks, widened in the tiles).
+  for (Shape s : {Shape{49, 4097, 17}, Shape{77, 301, 40}, Shape{13, 32, 9}, Shape{19, 2048, 13}, Shape{19, 2080, 13}}) {
     Weights w = make_weights(DType::BF16, s.out, s.in, rng);
     std::vector<float> x = random_vec(size_t(s.n * s.in), rng);
     auto wset = [&](int64_t o, int64_t i, float v) { w.bf16[size_t(o * s.in + i)] = f32_to_bf16(v); };

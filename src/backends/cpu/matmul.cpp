@@ -231,11 +231,12 @@ const uint16_t* bf16_activations(const float* x, int64_t n, int64_t in, int64_t 
 }
 
 // The same rows widened to f32 for the FMA tiles (Args::xw), in storage of their own:
-// the bf16 rows stay valid beside them.
-thread_local ActScratch t_wide;
+// the bf16 rows stay valid beside them. It grows to the largest call's n x stride f32
+// (as large as the call's f32 activations) and stays, as t_act does.
+thread_local ActScratch t_widened;
 const float* widened_activations(const uint16_t* xb, int64_t n, int64_t stride, Bf16WidenFn widen,
                                  ThreadPool& pool) {
-  float* dst = static_cast<float*>(t_wide.get(size_t(n * stride) * 4 + 64));
+  float* dst = static_cast<float*>(t_widened.get(size_t(n * stride) * 4 + 64));
   for_each_row(n, stride, pool, [&](int64_t t) { widen(xb + t * stride, stride, dst + t * stride); });
   return dst;
 }
@@ -298,6 +299,10 @@ struct Prepared {
   Args a{};
   Plan p{};
   QuantAct qa;
+  // The activations widened for the FMA tiles, by this prepare or an earlier one of the
+  // same matmul_many (null: none needed them yet); a.xw points at them where this call's
+  // tiles read them.
+  const float* widened = nullptr;
   int64_t grain = 1;  // the thread split aligns to it
   bool empty = true;  // nothing to compute (no tokens, no rows)
 
@@ -312,8 +317,9 @@ struct Prepared {
 };
 
 // Checks w and prepares y = x W^T in r. The activations are rounded to bf16 or quantized
-// for MXFP4 here, unless `shared` holds them already for the same x, dtype and width
-// (matmul_many: q, k and v read one x).
+// for MXFP4 here, and widened to f32 where this call's FMA tiles read them, unless
+// `shared` holds them already for the same x, dtype and width (matmul_many: q, k and v
+// read one x; the widened ones, once any prepare before needed them).
 void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, const Tensor& w, int64_t n_tokens,
              ThreadPool& pool, const KernelConfig* cfg, bool bf16_act, const Prepared* shared) {
   MX_CHECK(w.ndim == 2, "matmul: weight must be 2-D, got {}", w.shape_str());
@@ -353,9 +359,13 @@ void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, c
     a.xb_stride = (a.in + 31) / 32 * 32;
     a.xb = shared ? shared->a.xb : bf16_activations(x, n_tokens, a.in, a.xb_stride, dk->bf16_act, pool);
     a.x_row_bytes = a.xb_stride * 2;
-    if (r.p.gemm->fma && !streams(r.p, n_tokens) && a.in <= dk->bf16_widen_max_in) {
-      a.xw = shared ? shared->a.xw : nullptr;
-      if (!a.xw) a.xw = widened_activations(a.xb, n_tokens, a.xb_stride, dk->bf16_widen, pool);
+    r.widened = shared ? shared->widened : nullptr;
+    // Only the FMA tiles read them: a GEMM (not streaming) with at least one full tile of
+    // rows (else the rows left over run on vdpbf16ps tiles, on xb) not split in column blocks.
+    if (dk->bf16_widen && r.p.gemm->fma && !streams(r.p, n_tokens) && a.out >= r.p.gemm->rows &&
+        a.in <= dk->bf16_widen_max_in) {
+      if (!r.widened) r.widened = widened_activations(a.xb, n_tokens, a.xb_stride, dk->bf16_widen, pool);
+      a.xw = r.widened;
       a.x_row_bytes = a.xb_stride * 4;
     }
   }
@@ -418,8 +428,8 @@ void matmul_many(float* const* ys, const float* x, const Tensor* const* ws, int 
   const Prepared* shared = nullptr;
   for (int i = 0; i < n; ++i) {
     prepare(r[i], k, isa, ys[i], x, *ws[i], n_tokens, pool, nullptr, bf16_act, shared);
-    // The latest: it holds what every one before it made (the widened activations
-    // appear with the first that runs FMA tiles).
+    // The latest: it carries what every one before it made (the widened activations
+    // from the first that needed them on).
     if (!r[i].empty) shared = &r[i];
   }
   run_prepared(r, n, pool);

@@ -213,11 +213,12 @@ MX_INLINE void dot_rows(const Args& a, Src src, int64_t t0, int64_t r0, Cols col
 // scheme's rows of 4864 bf16 ran at ~0.7x the speed of rows of 896), and only the
 // activations stream from L2.
 constexpr int64_t kColBlock = 1024;  // a multiple of K
+constexpr bool column_blocked(int64_t in) { return in > 2 * kColBlock; }
 
 template <int TT, int R, class Tiles>
 MX_INLINE void chunk_rows(const Args& a, const Tiles& tiles, int64_t c0, int64_t c1, int64_t r0) {
   const int64_t n = c1 - c0, full = n / TT * TT;
-  const bool blocked = a.in > 2 * kColBlock;  // else one pass over whole rows, nothing kept
+  const bool blocked = column_blocked(a.in);  // else one pass over whole rows, nothing kept
   thread_local std::vector<float> keep;
   if (blocked && keep.size() < size_t(n * R * 16)) keep.resize(size_t(n * R * 16));
   auto cols = [&](int64_t k0, int64_t k1, int64_t t) {
@@ -394,9 +395,9 @@ constexpr Gemm gemm() {
 // once per chunk of tokens (prep, as fp8::prep dequantizes them), split per 32 columns
 // into 16 floats of odd elements, then 16 of even ones, the R rows' 32 columns side by
 // side (one pointer for all R: with a pointer per row the loop reloaded them from the
-// stack; 1-3% measured), and the activations are widened once per call (widen_row) or,
-// on long rows, in registers. The FMA tiles are offered only where fma_exact holds, so
-// a config still never changes a bit.
+// stack; 1-4% measured, BENCHMARKS.md), and the activations are widened once per call
+// (widen_row) or, on long rows, in registers. The FMA tiles are offered only where
+// fma_exact holds, so a config still never changes a bit.
 namespace fma {
 
 // Grow-only: [xb_stride / 32][R][32] f32, the widened, split rows.
@@ -407,6 +408,12 @@ using bf16fma::even_half;
 using bf16fma::fma_exact;
 using bf16fma::odd_half;
 
+// 32 bf16 (16 pairs) as f32 at d: the 16 odd elements, then the 16 even ones.
+MX_INLINE void store_split(float* d, __m512i v) {
+  _mm512_storeu_ps(d, odd_half(v));
+  _mm512_storeu_ps(d + 16, even_half(v));
+}
+
 template <int R, class Src>
 void prep_rows(const Args& a, Src src) {
   const int64_t stride = a.xb_stride;
@@ -415,9 +422,7 @@ void prep_rows(const Args& a, Src src) {
   float* dst = static_cast<float*>(t_rows.data());
   // The last 32 columns whole: zeros past the row, against the activations' zero padding.
   each_chunk<R>(a, src, [&](int r, int64_t i, __mmask32, __m512bh v) __attribute__((always_inline)) {
-    float* d = dst + i * R + r * K;  // the R rows' 32 columns at i side by side
-    _mm512_storeu_ps(d, odd_half(__m512i(v)));
-    _mm512_storeu_ps(d + 16, even_half(__m512i(v)));
+    store_split(dst + i * R + r * K, __m512i(v));  // the R rows' 32 columns at i side by side
   });
 }
 
@@ -434,29 +439,27 @@ void prep_fp8(const Args& a, int64_t, int64_t r0) {
 // The activations in the rows' order (Args::xw): per 32 columns the 16 odd elements
 // widened, then the 16 even ones, once per call, so the tiles' loops hold only loads
 // and FMAs. Widened in the tile instead (an AND or a shift per token and 16 columns,
-// on the ports the FMAs use, once per row tile) 4 x 6 ran at 138 against 163 GFLOP/s
-// (896 columns, 1 thread, Intel Xeon; BENCHMARKS.md). Rows in column blocks (chunk_rows)
-// keep that: there the f32 activations, twice the bytes from L2 per FMA, measured slower.
-constexpr int64_t kWidenMaxIn = 2 * kColBlock;
+// on the ports the FMAs use, once per row tile), 4 x 6's inner loop alone ran at 138
+// against 163 GFLOP/s (896 columns, 1 thread, Intel Xeon; BENCHMARKS.md). Rows in
+// column blocks (chunk_rows) keep that: there the f32 activations, twice the bytes
+// from L2 per FMA, measured slower.
+constexpr int64_t kWidenMaxIn = 2 * kColBlock;  // the longest rows not column_blocked
+static_assert(!column_blocked(kWidenMaxIn) && column_blocked(kWidenMaxIn + 1));
 
 void widen_row(const uint16_t* xb, int64_t stride, float* dst) {
-  for (int64_t i = 0; i < stride; i += K) {
-    const __m512i v = _mm512_loadu_si512(xb + i);
-    _mm512_storeu_ps(dst + i, odd_half(v));
-    _mm512_storeu_ps(dst + i + 16, even_half(v));
-  }
+  for (int64_t i = 0; i < stride; i += K) store_split(dst + i, _mm512_loadu_si512(xb + i));
 }
 
 // dot_rows' outputs on the rows prep_rows widened, two FMAs per 32 columns: the odd
-// elements, then the even ones. Wide: the activations from Args::xw, else widened
-// from Args::xb in registers. Columns run to the zero padding of the last 32.
-template <int TT, int R, bool Wide>
+// elements, then the even ones. PreWidened: the activations from Args::xw, else
+// widened from Args::xb in registers. Columns run to the zero padding of the last 32.
+template <int TT, int R, bool PreWidened>
 MX_INLINE void dot_widened(const Args& a, int64_t t0, int64_t r0, Cols cols) {
   const int64_t stride = a.xb_stride, k_end = cols.keep ? cols.k1 : a.in;
   const float* w = static_cast<const float*>(t_rows.data());
   // Token t's activations at columns [i, i + 32), half h (0: odd, 1: even).
   auto x_half = [&](int t, int64_t i, int h) __attribute__((always_inline)) {
-    if constexpr (Wide) {
+    if constexpr (PreWidened) {
       return _mm512_loadu_ps(a.xw + (t0 + t) * stride + i + 16 * h);
     } else {
       const __m512i v = _mm512_loadu_si512(a.xb + (t0 + t) * stride + i);
@@ -466,14 +469,13 @@ MX_INLINE void dot_widened(const Args& a, int64_t t0, int64_t r0, Cols cols) {
   __m512 acc[TT][R];
   start(cols, acc);
   // The TT activations in registers, then one weight vector at a time (4 x 6: 24 + 4 + 1
-  // vectors); with Wide and more tokens than rows, the R weights, then one activation at
-  // a time (8 x 3: 24 + 3 + 1, where the other order needs 33: 4470-4501 against
-  // 6250-6915 us on 4864 x 896, 64 tokens, 1 thread, Intel Xeon). Without Wide the 8 x 3
-  // tiles keep the first order, which measured faster with the widening in the loop. The
-  // asm keeps a loaded vector in its register: else the compiler folds its load into each
-  // of its FMAs, TT loads where one will do (measured: load-bound).
+  // vectors); pre-widened with more tokens than rows, the R weights, then one activation
+  // at a time (8 x 3: 24 + 3 + 1, where the other order needs 33). Widening in the loop,
+  // the 8 x 3 tiles keep the first order, measured faster there (both: BENCHMARKS.md).
+  // The asm keeps a loaded vector in its register: else the compiler folds its load into
+  // each FMA that reads it, a load per FMA where one will do (measured: load-bound).
   auto half = [&](int64_t i, int h) __attribute__((always_inline)) {
-    if constexpr (TT <= R || !Wide) {
+    if constexpr (TT <= R || !PreWidened) {
       __m512 xv[TT];
 #pragma GCC unroll 8
       for (int t = 0; t < TT; ++t) xv[t] = x_half(t, i, h);
@@ -510,19 +512,13 @@ MX_INLINE void dot_widened(const Args& a, int64_t t0, int64_t r0, Cols cols) {
   finish(a, cols, k_end, t0, r0, acc);
 }
 
-template <int R, bool Wide>
+template <int R, bool PreWidened>
 struct ChunkFma {
   template <int TT>
   MX_INLINE void run(const Args& a, int64_t t0, int64_t r0, Cols cols) const {
-    dot_widened<TT, R, Wide>(a, t0, r0, cols);
+    dot_widened<TT, R, PreWidened>(a, t0, r0, cols);
   }
 };
-
-template <int TT, int R>
-void tile(const Args& a, int64_t t0, int64_t r0) {
-  if (a.xw) dot_widened<TT, R, true>(a, t0, r0, {0, 0, nullptr});
-  else dot_widened<TT, R, false>(a, t0, r0, {0, 0, nullptr});
-}
 
 template <int TT, int R>
 void chunk(const Args& a, int64_t c0, int64_t c1, int64_t r0) {
@@ -530,12 +526,11 @@ void chunk(const Args& a, int64_t c0, int64_t c1, int64_t r0) {
   else chunk_rows<TT, R>(a, ChunkFma<R, false>{}, c0, c1, r0);
 }
 
-// The vdpbf16ps GEMM `g` of the same shape with its rows and tokens on FMAs; rows
-// left over by the tile shape keep g's vdpbf16ps tiles (row1 / one): the same bits.
+// The vdpbf16ps GEMM `g` of the same shape with its rows and tokens on FMAs (chunk);
+// rows left over by the tile shape keep g's vdpbf16ps tiles (row1 / one): the same
+// bits. full / tok1 stay g's too: drive_rows runs chunk wherever a Gemm has one.
 template <int TT, int R>
 constexpr Gemm over(Gemm g, TileFn prep) {
-  g.full = tile<TT, R>;
-  g.tok1 = tile<1, R>;
   g.prep = prep;
   g.chunk = chunk<TT, R>;
   g.fma = true;
@@ -563,22 +558,24 @@ constexpr Gemm kFp8Gemm[] = {
     fma::over<4, 6>(fp8::gemm<4, 6>(), fma::prep_fp8<6>), fma::over<8, 3>(fp8::gemm<8, 3>(), fma::prep_fp8<3>)};
 constexpr size_t kDotGemms = 2;  // the vdpbf16ps tiles, first in each
 
+// The vdpbf16ps tiles, and the FMA ones with their widened activations where
+// fma_exact holds.
+template <size_t NV, size_t NM>
+DtypeKernels bf16_act_kernels(const Gemv (&gemv)[NV], const Gemm (&gemm)[NM]) {
+  DtypeKernels k{nullptr, gemv, std::span(gemm).first(kDotGemms)};
+  k.bf16_act = round_row;
+  if (fma::fma_exact()) {
+    k.gemm = gemm;
+    k.bf16_widen = fma::widen_row;
+    k.bf16_widen_max_in = fma::kWidenMaxIn;
+  }
+  return k;
+}
+
 }  // namespace
 
-DtypeKernels avx512_bf16dot_kernels() {
-  DtypeKernels k{nullptr, kBf16Gemv, std::span(kBf16Gemm).first(fma::fma_exact() ? std::size(kBf16Gemm) : kDotGemms)};
-  k.bf16_act = round_row;
-  k.bf16_widen = fma::widen_row;
-  k.bf16_widen_max_in = fma::kWidenMaxIn;
-  return k;
-}
+DtypeKernels avx512_bf16dot_kernels() { return bf16_act_kernels(kBf16Gemv, kBf16Gemm); }
 
-DtypeKernels avx512_fp8dot_kernels() {
-  DtypeKernels k{nullptr, kFp8Gemv, std::span(kFp8Gemm).first(fma::fma_exact() ? std::size(kFp8Gemm) : kDotGemms)};
-  k.bf16_act = round_row;
-  k.bf16_widen = fma::widen_row;
-  k.bf16_widen_max_in = fma::kWidenMaxIn;
-  return k;
-}
+DtypeKernels avx512_fp8dot_kernels() { return bf16_act_kernels(kFp8Gemv, kFp8Gemm); }
 
 }  // namespace mx::matmul_detail

@@ -119,7 +119,8 @@ struct Args {
   // The same activations widened to f32 for the GEMM's FMA tiles (Gemm::fma), per
   // 32 columns the 16 odd elements, then the 16 even ones (DtypeKernels::bf16_widen):
   // [n_tokens][xb_stride]; null where the call runs no FMA tile or its rows are longer
-  // than DtypeKernels::bf16_widen_max_in (then the tiles widen xb themselves).
+  // than DtypeKernels::bf16_widen_max_in (then the tiles widen xb themselves). Where set,
+  // x_row_bytes counts these f32 rows, as the tiles read them.
   const float* xw = nullptr;
 };
 
@@ -194,7 +195,8 @@ using MxRegroupFn = void (*)(const int8_t* q, int64_t nbp, int8_t* qg);
 constexpr int64_t kMinRegroupTokens = 4;
 // Rounds one token row of activations to bf16 into dst[stride] (zero-padded past in).
 using Bf16RowFn = void (*)(const float* x, int64_t in, int64_t stride, uint16_t* dst);
-// Widens one bf16 token row (stride elements) to f32 in the FMA tiles' order (Args::xw).
+// Widens one bf16 token row (stride elements, a multiple of 32) to f32 in the FMA
+// tiles' order (Args::xw).
 using Bf16WidenFn = void (*)(const uint16_t* xb, int64_t stride, float* dst);
 
 // The kernels of one weight dtype on one ISA: either a plain RowsFn (scalar, no
@@ -212,9 +214,9 @@ struct DtypeKernels {
   // BF16 and F8_E4M3 on the bf16-dot kernels: they read bf16 activations (Args::xb),
   // made by this per row.
   Bf16RowFn bf16_act = nullptr;
-  // Where the gemm list has FMA tiles: their activations (Args::xw), made by this per
-  // row for rows of at most bf16_widen_max_in columns (longer ones, the tiles widen
-  // the bf16 activations themselves).
+  // For the gemm list's FMA tiles (Gemm::fma; null: none): their activations (Args::xw),
+  // made by this per row for rows of at most bf16_widen_max_in columns (longer ones,
+  // the tiles widen the bf16 activations themselves).
   Bf16WidenFn bf16_widen = nullptr;
   int64_t bf16_widen_max_in = 0;
   bool ok() const { return rows || (!gemv.empty() && !gemm.empty()); }
