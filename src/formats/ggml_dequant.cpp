@@ -122,14 +122,15 @@ void mxfp4_row_to_ggml(const uint8_t* packed, const uint8_t* scales, int64_t k, 
 }
 
 void mxfp4_row_from_ggml(const uint8_t* blocks, int64_t k, uint8_t* packed, uint8_t* scales) {
-  std::memset(packed, 0, size_t(k / 2));
-  auto set = [&](int64_t i, uint8_t v) { packed[i / 2] |= uint8_t(v << (4 * (i & 1))); };
-  for (int64_t b = 0; b < k / 32; ++b, blocks += 17) {
+  // A block's element j is q[j] & 15 for j < 16 and q[j - 16] >> 4 past; ours packs
+  // elements 2m (low nibble) and 2m + 1 in byte m. Whole bytes at a time: the loader
+  // runs this over every MXFP4 weight of a GGUF (a nibble at a time took about half of
+  // a 1 GB model's load).
+  for (int64_t b = 0; b < k / 32; ++b, blocks += 17, packed += 16) {
     scales[b] = blocks[0];
-    for (int j = 0; j < 16; ++j) {
-      set(b * 32 + j, blocks[1 + j] & 0xF);
-      set(b * 32 + j + 16, blocks[1 + j] >> 4);
-    }
+    const uint8_t* q = blocks + 1;
+    for (int m = 0; m < 8; ++m) packed[m] = uint8_t((q[2 * m] & 0x0F) | (q[2 * m + 1] << 4));
+    for (int m = 0; m < 8; ++m) packed[8 + m] = uint8_t((q[2 * m] >> 4) | (q[2 * m + 1] & 0xF0));
   }
 }
 

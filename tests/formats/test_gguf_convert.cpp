@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "core/error.h"
 #include "engine/generate.h"
@@ -174,6 +175,15 @@ TEST(GgufConvert, Mxfp4BlocksHaveGgmlNibbleOrder) {
   ggml::mxfp4_row_from_ggml(blocks, 64, back_p, back_s);
   EXPECT_EQ(std::memcmp(back_p, packed, 32), 0);
   EXPECT_EQ(std::memcmp(back_s, scales, 2), 0);
+  // Every byte value in every position, both ways: ggml's blocks and ours carry the
+  // same nibbles.
+  std::vector<uint8_t> p2(2048), s2(128), b2(128 * 17), back_p2(2048), back_s2(128);
+  for (size_t i = 0; i < p2.size(); ++i) p2[i] = uint8_t(i * 97 + i / 256);
+  for (size_t i = 0; i < s2.size(); ++i) s2[i] = uint8_t(i * 2 + 1);
+  ggml::mxfp4_row_to_ggml(p2.data(), s2.data(), 4096, b2.data());
+  ggml::mxfp4_row_from_ggml(b2.data(), 4096, back_p2.data(), back_s2.data());
+  EXPECT_EQ(back_p2, p2);
+  EXPECT_EQ(back_s2, s2);
 }
 
 TEST(GgufConvert, GgmlBlockDequantization) {
