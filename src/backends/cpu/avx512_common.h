@@ -12,6 +12,14 @@ namespace mx::matmul_detail::avx512 {
 
 constexpr int V = 16;  // f32 lanes
 
+// v, loaded once, stays in a register for every instruction that reads it. Without this
+// GCC 12 folds the load into each of them (an FMA or vpdpbusd with a memory operand),
+// one load per use where one will do, and a GEMM tile's loop becomes load-bound.
+template <class T>
+MX_INLINE void in_register(T& v) {
+  __asm__("" : "+v"(v));
+}
+
 // The first n lanes (n clamped to [0, 16] / [0, 32]): a tail's load / store mask.
 MX_INLINE __mmask16 first_n(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);

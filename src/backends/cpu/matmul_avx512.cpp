@@ -102,7 +102,7 @@ MX_INLINE void dot_tile_w(const Args& a, const typename L::T* w, int64_t t0, int
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t) {
       __m512 xv = load_x(x + t * in);
-      __asm__("" : "+v"(xv));  // in a register: else GCC may fold its load into each of the R FMAs
+      avx512::in_register(xv);  // for its R FMAs (8 x 3: half of them had read memory)
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
     }
@@ -466,9 +466,7 @@ MX_INLINE void regrouped_step(__m512 (&acc)[TT][R], const uint8_t* w, const floa
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t) {
       __m512i x = _mm512_loadu_si512(xg + t * stride + 64 * m);
-      // In a register: else GCC folds the load into each of the R vpdpbusd, R loads
-      // where one will do (4 x 3: 120 loads per 96 vpdpbusd, load-bound).
-      __asm__("" : "+v"(x));
+      avx512::in_register(x);  // for its R vpdpbusd (4 x 3: else 120 loads per 96 of them)
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) d[t][r] = _mm512_dpbusd_epi32(d[t][r], wv[r], x);
     }

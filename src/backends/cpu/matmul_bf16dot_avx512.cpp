@@ -472,8 +472,7 @@ MX_INLINE void dot_widened(const Args& a, int64_t t0, int64_t r0, Cols cols) {
   // vectors); pre-widened with more tokens than rows, the R weights, then one activation
   // at a time (8 x 3: 24 + 3 + 1, where the other order needs 33). Widening in the loop,
   // the 8 x 3 tiles keep the first order, measured faster there (both: BENCHMARKS.md).
-  // The asm keeps a loaded vector in its register: else the compiler folds its load into
-  // each FMA that reads it, a load per FMA where one will do (measured: load-bound).
+  // A vector read by several FMAs stays in its register (avx512::in_register).
   auto half = [&](int64_t i, int h) __attribute__((always_inline)) {
     if constexpr (TT <= R || !PreWidened) {
       __m512 xv[TT];
@@ -482,7 +481,7 @@ MX_INLINE void dot_widened(const Args& a, int64_t t0, int64_t r0, Cols cols) {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         __m512 wv = _mm512_loadu_ps(w + i * R + r * K + 16 * h);
-        __asm__("" : "+v"(wv));
+        avx512::in_register(wv);
 #pragma GCC unroll 8
         for (int t = 0; t < TT; ++t) acc[t][r] = _mm512_fmadd_ps(wv, xv[t], acc[t][r]);
       }
@@ -491,12 +490,12 @@ MX_INLINE void dot_widened(const Args& a, int64_t t0, int64_t r0, Cols cols) {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         wv[r] = _mm512_loadu_ps(w + i * R + r * K + 16 * h);
-        __asm__("" : "+v"(wv[r]));
+        avx512::in_register(wv[r]);
       }
 #pragma GCC unroll 8
       for (int t = 0; t < TT; ++t) {
         __m512 xv = x_half(t, i, h);
-        __asm__("" : "+v"(xv));
+        avx512::in_register(xv);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
       }
