@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
                 global_pool().size(), matmul_bf16_activations(best_isa()) ? "on" : "off", dtype_name(kv),
                 attention_products(best_isa(), kv) == AttnProducts::Bf16 ? "bf16" : "f32");
     std::printf("cpu: %s (%s; %s)\n", cpu_model_name().c_str(), cpu_key().c_str(), cpu_features_string().c_str());
+    std::printf("amx: %s\n", matmul_amx_status().c_str());
     std::printf("prefill: %d tokens in %.3f s = %.1f tok/s\n", r.prompt_tokens, r.prefill_seconds,
                 r.prompt_tokens / r.prefill_seconds);
     std::printf("decode: %zu tokens in %.3f s = %.2f tok/s (%.1f GB/s of weights streamed)\n",

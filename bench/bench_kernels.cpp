@@ -78,6 +78,9 @@ Buffer make_scales(Tensor& t, uint32_t seed) {
   return b;
 }
 
+// The ISA, and whether BF16 / FP8 weights run on AMX tiles.
+std::string matmul_isa_label() { return std::string(isa_name(best_isa())) + (matmul_amx(best_isa()) ? " + amx" : ""); }
+
 struct Problem {
   std::vector<OwnedTensor> w;  // copies of the weight, cycled through
   std::vector<Buffer> scales;  // their block scales (quantized dtypes)
@@ -111,7 +114,7 @@ void BM_Gemv(benchmark::State& st, DType dt, int64_t out, int64_t in) {
   const double bytes = double(p.w[0].t.storage_bytes());  // weights + block scales
   st.SetBytesProcessed(int64_t(st.iterations() * bytes));
   st.counters["GB/s"] = per_second(bytes / 1e9);
-  st.SetLabel(std::string(isa_name(best_isa())) + ", " + std::to_string(p.w.size()) + " copies");
+  st.SetLabel(matmul_isa_label() + ", " + std::to_string(p.w.size()) + " copies");
 }
 
 void BM_Gemm(benchmark::State& st, DType dt, int64_t out, int64_t in) {
@@ -124,7 +127,7 @@ void BM_Gemm(benchmark::State& st, DType dt, int64_t out, int64_t in) {
   }
   const double flops = 2.0 * double(out) * double(in) * double(n);
   st.counters["GFLOP/s"] = per_second(flops / 1e9);
-  st.SetLabel(isa_name(best_isa()));
+  st.SetLabel(matmul_isa_label());
 }
 
 #define GEMV(dt, out, in) \
@@ -329,6 +332,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("cpu", cpu_model_name() + " (" + cpu_key() + ")");
   benchmark::AddCustomContext("isa", std::string(isa_name(best_isa())) + ", features " + cpu_features_string());
   benchmark::AddCustomContext("bf16_activations", matmul_bf16_activations(best_isa()) ? "on" : "off");
+  benchmark::AddCustomContext("amx", matmul_amx_status() + " (MXSERVE_AMX=0 for the AVX-512 kernels)");
   benchmark::AddCustomContext(
       "bf16_attention", attention_products(best_isa(), DType::BF16) == AttnProducts::Bf16 ? "on (bf16 / fp8 caches)"
                                                                                             : "off");

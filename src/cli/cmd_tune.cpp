@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
+#include "backends/cpu/matmul.h"
 #include "backends/cpu/tuner.h"
 #include "backends/registry.h"
 #include "models/model.h"
@@ -128,8 +129,9 @@ Command add_tune(CLI::App& app) {
             if (bf16 && std::find(isas.begin(), isas.end(), Isa::Avx512) != isas.end())
               if (auto e = tune_attention(pool, a->opts, cpu_key())) entries.push_back(*e);
             std::vector<TunedEntry> base;
-            std::string about = fmt::format("Written by mxserve tune ({} threads, CPU {} ({}), {}).", pool.size(),
-                                            cpu_model_name(), cpu_key(), cpu_features_string());
+            std::string about = fmt::format("Written by mxserve tune ({} threads, CPU {} ({}), {}; AMX {}).",
+                                            pool.size(), cpu_model_name(), cpu_key(), cpu_features_string(),
+                                            matmul_amx_status());
             if (!a->replace && std::filesystem::exists(a->out)) base = load_kernel_configs(a->out, &about);
             const auto merged = merge_kernel_configs(std::move(base), entries);
             std::ofstream f(a->out, std::ios::binary | std::ios::trunc);

@@ -40,8 +40,9 @@ CpuFeatures detect() {
     f.avx512vbmi = c & (1u << 1);
   }
   if (os_amx) {
-    f.amx_bf16 = d & (1u << 22);
-    f.amx_int8 = d & (1u << 25);
+    f.amx_tile = d & (1u << 24);
+    f.amx_bf16 = f.amx_tile && (d & (1u << 22));
+    f.amx_int8 = f.amx_tile && (d & (1u << 25));
   }
   __cpuid_count(7, 1, a, b, c, d);
   f.avx_vnni = a & (1u << 4);

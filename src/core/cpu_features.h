@@ -17,7 +17,10 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
   bool avx512vbmi = false;  // vpermb / vpermt2b: Ice Lake, Sapphire Rapids, Zen 4 and later (not Cooper Lake)
-  bool avx_vnni = false, amx_bf16 = false, amx_int8 = false;
+  bool avx_vnni = false;
+  // AMX: the CPU has it and XCR0 enables the tile state; a process must still ask Linux
+  // for it (arch_prctl ARCH_REQ_XCOMP_PERM) before its first tile instruction.
+  bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
 };
 
 const CpuFeatures& cpu_features();

@@ -182,6 +182,11 @@ TEST(Matmul, Bf16ActivationKernels) {
 TEST(Matmul, Bf16FmaTilesGiveTheVdpbf16psBits) {
   if (!matmul_bf16_activations(Isa::Avx512))
     GTEST_SKIP() << "no bf16-activation kernels on this CPU (" << cpu_features_string() << ")";
+  // The vdpbf16ps kernels, also where BF16 weights would run on AMX (test_matmul_amx.cpp).
+  struct AmxOff {
+    bool was = set_matmul_amx(false);
+    ~AmxOff() { set_matmul_amx(was); }
+  } amx_off;
   std::vector<KernelConfig> fma;
   for (const KernelConfig& c : matmul_candidates(Isa::Avx512, DType::BF16))
     if (c.fma) fma.push_back(c);

@@ -42,7 +42,9 @@ Bf16Act act(const DevWeight& w) { return w.f32_activations ? Bf16Act::F32 : Bf16
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(ThreadPool& pool) : pool_(pool) {}
-  std::string name() const override { return std::string("cpu (") + isa_name(best_isa()) + ")"; }
+  std::string name() const override {
+    return std::string("cpu (") + isa_name(best_isa()) + (matmul_amx(best_isa()) ? " + amx" : "") + ")";
+  }
   Isa isa() const override { return best_isa(); }
   bool host_memory() const override { return true; }
 

@@ -241,6 +241,17 @@ const float* widened_activations(const uint16_t* xb, int64_t n, int64_t stride, 
   return dst;
 }
 
+// The AMX kernel's activations (Args::xp), packed per group of kAmxGroup tokens.
+const uint32_t* amx_activations(const float* x, int64_t n, int64_t in, AmxPackFn pack, ThreadPool& pool) {
+  const int64_t kc = (in + kAmxChunk - 1) / kAmxChunk, groups = (n + kAmxGroup - 1) / kAmxGroup;
+  const int64_t per_group = kc * kAmxBlockDwords;
+  uint32_t* dst = static_cast<uint32_t*>(t_act.get(size_t(groups * per_group) * 4 + 64));
+  for_each_row(groups, per_group, pool, [&](int64_t g) {
+    pack(x + g * kAmxGroup * in, std::min(kAmxGroup, n - g * kAmxGroup), in, kc, dst + g * per_group);
+  });
+  return dst;
+}
+
 }  // namespace
 
 Kernels scalar_kernels() {
@@ -275,12 +286,24 @@ std::atomic<bool>& bf16_activations_setting() {
   return on;
 }
 
+std::atomic<bool>& amx_setting() {
+  static std::atomic<bool> on = [] {
+    const char* e = std::getenv("MXSERVE_AMX");
+    return !(e && std::string_view(e) == "0");
+  }();
+  return on;
+}
+
 const DtypeKernels* dtype_kernels(const Kernels& k, DType dt, bool bf16_act = false) {
   switch (dt) {
     case DType::F32: return &k.f32;
-    case DType::BF16: return bf16_act && k.bf16_dot.ok() ? &k.bf16_dot : &k.bf16;
+    case DType::BF16:
+      if (bf16_act && k.bf16_amx.ok() && amx_setting()) return &k.bf16_amx;
+      return bf16_act && k.bf16_dot.ok() ? &k.bf16_dot : &k.bf16;
     case DType::MXFP4: return &k.mxfp4;
-    case DType::F8_E4M3: return bf16_act && k.fp8_dot.ok() ? &k.fp8_dot : &k.fp8;
+    case DType::F8_E4M3:
+      if (bf16_act && k.fp8_amx.ok() && amx_setting()) return &k.fp8_amx;
+      return bf16_act && k.fp8_dot.ok() ? &k.fp8_dot : &k.fp8;
     default: return nullptr;
   }
 }
@@ -349,6 +372,10 @@ void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, c
   a.chunk_bytes = int64_t(std::max(c.chunk_kib, 1)) << 10;
   a.rowblock_bytes = int64_t(std::max(c.rowblock_kib, 0)) << 10;
   a.w_row_bytes = w.dtype == DType::MXFP4 ? a.in / 2 + a.in / 32 : int64_t(dtype_bytes(w.dtype, a.in));
+  if (dk->amx_pack) {
+    a.xp = shared ? shared->a.xp : amx_activations(x, n_tokens, a.in, dk->amx_pack, pool);
+    r.grain = dk->amx_rows;
+  }
   if (dk->rows) return;
   r.p = make_plan(*dk, c);
   // Split by output row only, at tile boundaries; never inside a dot product. A
@@ -452,6 +479,20 @@ bool matmul_bf16_activations(Isa isa) {
 }
 
 bool set_matmul_bf16_activations(bool on) { return bf16_activations_setting().exchange(on); }
+
+bool matmul_amx(Isa isa) {
+  return matmul_bf16_activations(isa) && kernels(isa).bf16_amx.ok() && amx_setting();
+}
+
+bool set_matmul_amx(bool on) { return amx_setting().exchange(on); }
+
+std::string matmul_amx_status() {
+  if (!amx_setting()) return "off: switched off (MXSERVE_AMX=0)";
+  const std::string& s = amx_bf16_status();
+  if (s.rfind("on", 0) == 0 && !matmul_bf16_activations(best_isa()))
+    return "off: BF16 weights multiply f32 activations (MXSERVE_BF16_ACTIVATIONS=0)";
+  return s;
+}
 
 std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   std::vector<KernelConfig> v;

@@ -20,6 +20,7 @@
 // in the batch" guarantee rests on this. The tile shapes come from the tuned-kernel
 // registry (backends/registry.h) per weight shape; they do not affect the bits either.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -72,5 +73,18 @@ std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype);
 bool matmul_bf16_activations(Isa isa);
 // Returns the previous setting.
 bool set_matmul_bf16_activations(bool on);
+
+// Whether BF16 weights with bf16 activations run on AMX tiles (matmul_bf16_amx.cpp; an
+// accumulation scheme of its own, matmul_impl.h, taken by every such matmul of the
+// process, so batch invariance holds): on CPUs with AMX-BF16 whose OS grants the tile
+// state and whose TDPBF16PS gives the Intel SDM's bits (checked once), unless switched
+// off by the environment (MXSERVE_AMX=0) or set_matmul_amx(false). MXSERVE_AMX=emulate
+// runs the same scheme on software tiles instead (slow: to run the suite or a model as
+// an AMX machine would, on one without). Process-wide, as set_matmul_bf16_activations;
+// the setter returns the previous setting. The status says which, and why not
+// ("on: ...", "off: ...").
+bool matmul_amx(Isa isa);
+bool set_matmul_amx(bool on);
+std::string matmul_amx_status();
 
 }  // namespace mx

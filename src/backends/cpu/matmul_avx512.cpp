@@ -674,6 +674,8 @@ Kernels avx512_kernels() {
   if (cpu_features().avx512bf16) {
     k.bf16_dot = avx512_bf16dot_kernels();
     k.fp8_dot = avx512_fp8dot_kernels();
+    k.bf16_amx = amx_bf16_kernels();
+    k.fp8_amx = amx_fp8_kernels();
   }
   k.fp8 = {nullptr, fp8::kGemv, fp8::kGemm};
   if (cpu_features().avx512vnni)

@@ -577,4 +577,15 @@ DtypeKernels avx512_bf16dot_kernels() { return bf16_act_kernels(kBf16Gemv, kBf16
 
 DtypeKernels avx512_fp8dot_kernels() { return bf16_act_kernels(kFp8Gemv, kFp8Gemm); }
 
+void fp8_rows_to_bf16(const Args& a, int64_t r0, int64_t rows, uint16_t* dst, int64_t stride) {
+  auto put_from = [&](int64_t first) {
+    return [dst, stride, first](int r, int64_t i, __mmask32 m, __m512bh v) __attribute__((always_inline)) {
+      _mm512_mask_storeu_epi16(dst + (first + r) * stride + i, m, __m512i(v));
+    };
+  };
+  int64_t r = 0;
+  for (; r + 16 <= rows; r += 16) each_chunk<16>(a, Fp8Src<16>(a, r0 + r), put_from(r));
+  for (; r < rows; ++r) each_chunk<1>(a, Fp8Src<1>(a, r0 + r), put_from(r));
+}
+
 }  // namespace mx::matmul_detail

@@ -46,6 +46,21 @@
 //   bits), which matmul_bf16_activations() reports so callers and tests know which
 //   product they get.
 //
+// BF16 weights on AMX tiles (matmul_bf16_amx.cpp): a scheme of its own, taken for
+// every BF16 matmul with bf16 activations of the process where matmul_amx() is on
+// (one token or many: so the contract holds; the bits differ from the scheme above).
+//   The activations are rounded to bf16 as above, zero-padded to kc = ceil(in / 32)
+//   chunks of 32. Every output owns ONE f32 accumulator starting at +0; for each
+//   chunk c, in increasing c, one TDPBF16PS step: two partial sums e and o start at
+//   +0, and for p = 0 .. 15 in increasing p
+//       e = fma(W[o, 32c + 2p], x[32c + 2p], e),  o = fma(W[o, 32c + 2p + 1], x[32c + 2p + 1], o)
+//   then acc = acc + (e + o); every operation with DAZ, FTZ and round to nearest even
+//   (Intel SDM, TDPBF16PS; MXCSR is not read). Past the row's end the weights and the
+//   activations are +0. No tree: the accumulator is the output. AMX is offered only
+//   where this CPU's TDPBF16PS gives exactly these bits (amx_tiles.h, EmuTiles, does
+//   the same operations in software; the check runs once per process). F8_E4M3
+//   weights keep the scheme above.
+//
 // MXFP4 weights (int8 dot products, identical bits on every ISA):
 //   Activations are quantized per token row, per 32-block b: s_b = amax_b / 127,
 //   q_i = round_nearest_even(x_i * (127 / amax_b)) (int8, |q| <= 127); all-zero
@@ -74,6 +89,7 @@
 #include <cstdint>
 #include <numeric>
 #include <span>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -122,6 +138,10 @@ struct Args {
   // than DtypeKernels::bf16_widen_max_in (then the tiles widen xb themselves). Where set,
   // x_row_bytes counts these f32 rows, as the tiles read them.
   const float* xw = nullptr;
+  // The AMX kernel's activations (DtypeKernels::amx_pack), per group of 16 tokens and per
+  // 32-column chunk a 16 x 16 block of dwords, row p holding each token's bf16 pair p:
+  // [ceil(n_tokens / 16)][ceil(in / 32)][16][16].
+  const uint32_t* xp = nullptr;
 };
 
 // Computes y[t, o] for all t and o in [r0, r1).
@@ -195,6 +215,12 @@ using MxRegroupFn = void (*)(const int8_t* q, int64_t nbp, int8_t* qg);
 constexpr int64_t kMinRegroupTokens = 4;
 // Rounds one token row of activations to bf16 into dst[stride] (zero-padded past in).
 using Bf16RowFn = void (*)(const float* x, int64_t in, int64_t stride, uint16_t* dst);
+// Rounds the activations of up to 16 tokens (n rows of `in` floats from x) to bf16 into
+// the AMX tiles' layout (Args::xp) at dst: kc chunks of 16 x 16 dwords; tokens past n
+// and columns past `in` are +0.
+using AmxPackFn = void (*)(const float* x, int64_t n, int64_t in, int64_t kc, uint32_t* dst);
+// That layout's group of tokens, chunk of columns, and dwords per (group, chunk) block.
+constexpr int64_t kAmxGroup = 16, kAmxChunk = 32, kAmxBlockDwords = 16 * 16;
 // Widens one bf16 token row (stride elements, a multiple of 32) to f32 in the FMA
 // tiles' order (Args::xw).
 using Bf16WidenFn = void (*)(const uint16_t* xb, int64_t stride, float* dst);
@@ -219,6 +245,10 @@ struct DtypeKernels {
   // the tiles widen the bf16 activations themselves).
   Bf16WidenFn bf16_widen = nullptr;
   int64_t bf16_widen_max_in = 0;
+  // BF16 on AMX: rows computes every token at once (no tiles to choose) on the activations
+  // this packs (Args::xp), in blocks of amx_rows rows.
+  AmxPackFn amx_pack = nullptr;
+  int amx_rows = 0;
   bool ok() const { return rows || (!gemv.empty() && !gemm.empty()); }
 };
 
@@ -226,6 +256,9 @@ struct Kernels {
   DtypeKernels f32, bf16, mxfp4, fp8;
   // BF16 / F8_E4M3 weights x bf16 activations; !ok() where the CPU has none.
   DtypeKernels bf16_dot, fp8_dot;
+  // BF16 / F8_E4M3 weights x bf16 activations on AMX tiles; !ok() where the CPU, the OS
+  // or the check against the SDM's operations rules them out (amx_bf16_status()).
+  DtypeKernels bf16_amx, fp8_amx;
 };
 
 // Tiles chosen for one call.
@@ -329,6 +362,22 @@ DtypeKernels avx512_fp8dot_kernels();
 // AVX512-VBMI; the same table and so the same bits as the 32-code vpermt2w lookup, which
 // every other FP8 path takes): on by default where the CPU has it. Tests switch it off
 // to run the other path; the setter returns the previous setting.
+// The BF16 AMX kernels: on the tile registers where this CPU has AMX-BF16, Linux grants
+// the tile state and a first run gives exactly the bits of the SDM's operations (else
+// !ok(), and amx_bf16_status() says why); emulated, the same kernel on EmuTiles
+// (amx_tiles.h), for tests, on any CPU with AVX512-BF16.
+// The same for F8_E4M3 weights, dequantized to bf16 per block of rows as the
+// bf16-activation kernels do (fp8_rows_to_bf16), so an FP8 matmul stays bitwise the
+// BF16 matmul of its dequantized weight rounded to bf16.
+DtypeKernels amx_bf16_kernels();
+DtypeKernels amx_bf16_kernels_emulated();
+DtypeKernels amx_fp8_kernels();
+DtypeKernels amx_fp8_kernels_emulated();
+const std::string& amx_bf16_status();
+// F8_E4M3 rows [r0, r0 + rows) of a.w (its scales: a.scales, a.scale_cols) as bf16,
+// with the bf16-activation kernels' operations (matmul_bf16dot_avx512.cpp, Fp8Src):
+// row i's a.in values at dst + i * stride; nothing past them is written.
+void fp8_rows_to_bf16(const Args& a, int64_t r0, int64_t rows, uint16_t* dst, int64_t stride);
 bool fp8_vbmi_lookup();
 bool set_fp8_vbmi_lookup(bool on);
 
