@@ -71,16 +71,20 @@ struct HwTiles {
     MX_TILE_PICK(T, MX_OP);
 #undef MX_OP
   }
-  // C += A B (TDPBF16PS), with A and B among tiles 4-7.
+  // C += A B (TDPBF16PS): C among tiles 0-3, A among 4-5, B among 6-7. (Spelled out:
+  // clang checks the literal tile numbers of every branch, taken or not.)
   template <int C, int A, int B>
   MX_INLINE static void dp() {
-    static_assert(C >= 0 && C < 4 && A >= 4 && B >= 4);
-#define MX_DP(c)                                           \
-  if constexpr (A == 4 && B == 6) _tile_dpbf16ps(c, 4, 6); \
+    static_assert(C >= 0 && C < 4 && (A == 4 || A == 5) && (B == 6 || B == 7));
+#define MX_DP(c)                                                \
+  if constexpr (A == 4 && B == 6) _tile_dpbf16ps(c, 4, 6);      \
   else if constexpr (A == 4 && B == 7) _tile_dpbf16ps(c, 4, 7); \
   else if constexpr (A == 5 && B == 6) _tile_dpbf16ps(c, 5, 6); \
   else _tile_dpbf16ps(c, 5, 7)
-    MX_TILE_PICK(C, MX_DP);
+    if constexpr (C == 0) { MX_DP(0); }
+    else if constexpr (C == 1) { MX_DP(1); }
+    else if constexpr (C == 2) { MX_DP(2); }
+    else { MX_DP(3); }
 #undef MX_DP
   }
 #undef MX_TILE_PICK
