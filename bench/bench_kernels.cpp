@@ -79,7 +79,10 @@ Buffer make_scales(Tensor& t, uint32_t seed) {
 }
 
 // The ISA, and whether BF16 / FP8 weights run on AMX tiles.
-std::string matmul_isa_label() { return std::string(isa_name(best_isa())) + (matmul_amx(best_isa()) ? " + amx" : ""); }
+std::string matmul_isa_label() {
+  const std::string amx = matmul_amx_name(best_isa());
+  return std::string(isa_name(best_isa())) + (amx.empty() ? "" : " + " + amx);
+}
 
 struct Problem {
   std::vector<OwnedTensor> w;  // copies of the weight, cycled through

@@ -21,13 +21,15 @@ namespace mx::matmul_detail::amx {
 constexpr int kTileRows = 16, kTileBytes = 64;
 
 // The tile registers themselves. The tile configuration is per thread (it lives in the
-// thread's XSAVE state), so each thread loads it once, before its first tile operation.
+// thread's XSAVE state): each kernel call loads it on its thread and releases it.
 // The tile instructions name their register in the encoding: each operation takes it
 // as a template argument and the if-chains below pick the literal.
 struct HwTiles {
   // GCC's ldtilecfg and tileloadd intrinsics tell the compiler they read 8 bytes and no
-  // memory at all: the configuration is a constant in memory, and a load is preceded by a
-  // compiler barrier, so no store to what a tile loads is sunk past it or dropped.
+  // memory at all: the configuration is a constant in memory, and each load is preceded
+  // by a compiler barrier, so no store to what a tile loads (the copies and packed
+  // activations the kernel writes just before) is sunk past it or dropped. The other
+  // way, tilestored's asm clobbers memory, which keeps reads of what it stored after it.
   struct Config {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -38,12 +40,12 @@ struct HwTiles {
     alignas(64) static constexpr Config kConfig = {
         1, 0, {}, {kTileBytes, kTileBytes, kTileBytes, kTileBytes, kTileBytes, kTileBytes, kTileBytes, kTileBytes},
         {kTileRows, kTileRows, kTileRows, kTileRows, kTileRows, kTileRows, kTileRows, kTileRows}};
-    thread_local bool done = false;
-    if (done) return;
     _tile_loadconfig(&kConfig);
-    done = true;
   }
+  // Back to the init state: no tile data to save at context switches.
+  static void release() { _tile_release(); }
 #define MX_TILE_PICK(T, OP) \
+  static_assert(T >= 0 && T < 8); \
   if constexpr (T == 0) OP(0); \
   else if constexpr (T == 1) OP(1); \
   else if constexpr (T == 2) OP(2); \
@@ -108,6 +110,7 @@ struct EmuTiles {
     return st;
   }
   static void configure() {}
+  static void release() {}
   template <int T>
   static void zero() {
     std::memset(s().t[T], 0, sizeof(s().t[T]));

@@ -43,7 +43,8 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(ThreadPool& pool) : pool_(pool) {}
   std::string name() const override {
-    return std::string("cpu (") + isa_name(best_isa()) + (matmul_amx(best_isa()) ? " + amx" : "") + ")";
+    const std::string amx = matmul_amx_name(best_isa());
+    return std::string("cpu (") + isa_name(best_isa()) + (amx.empty() ? "" : " + " + amx) + ")";
   }
   Isa isa() const override { return best_isa(); }
   bool host_memory() const override { return true; }

@@ -243,7 +243,7 @@ const float* widened_activations(const uint16_t* xb, int64_t n, int64_t stride, 
 
 // The AMX kernel's activations (Args::xp), packed per group of kAmxGroup tokens.
 const uint32_t* amx_activations(const float* x, int64_t n, int64_t in, AmxPackFn pack, ThreadPool& pool) {
-  const int64_t kc = (in + kAmxChunk - 1) / kAmxChunk, groups = (n + kAmxGroup - 1) / kAmxGroup;
+  const int64_t kc = amx_chunks(in), groups = (n + kAmxGroup - 1) / kAmxGroup;
   const int64_t per_group = kc * kAmxBlockDwords;
   uint32_t* dst = static_cast<uint32_t*>(t_act.get(size_t(groups * per_group) * 4 + 64));
   for_each_row(groups, per_group, pool, [&](int64_t g) {
@@ -287,10 +287,7 @@ std::atomic<bool>& bf16_activations_setting() {
 }
 
 std::atomic<bool>& amx_setting() {
-  static std::atomic<bool> on = [] {
-    const char* e = std::getenv("MXSERVE_AMX");
-    return !(e && std::string_view(e) == "0");
-  }();
+  static std::atomic<bool> on{amx_mode() != AmxMode::Off};
   return on;
 }
 
@@ -374,7 +371,7 @@ void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, c
   a.w_row_bytes = w.dtype == DType::MXFP4 ? a.in / 2 + a.in / 32 : int64_t(dtype_bytes(w.dtype, a.in));
   if (dk->amx_pack) {
     a.xp = shared ? shared->a.xp : amx_activations(x, n_tokens, a.in, dk->amx_pack, pool);
-    r.grain = dk->amx_rows;
+    r.grain = dk->amx_grain;
   }
   if (dk->rows) return;
   r.p = make_plan(*dk, c);
@@ -487,11 +484,17 @@ bool matmul_amx(Isa isa) {
 bool set_matmul_amx(bool on) { return amx_setting().exchange(on); }
 
 std::string matmul_amx_status() {
-  if (!amx_setting()) return "off: switched off (MXSERVE_AMX=0)";
-  const std::string& s = amx_bf16_status();
+  if (!amx_setting())
+    return amx_mode() == AmxMode::Off ? "off: switched off (MXSERVE_AMX=0)" : "off: switched off (set_matmul_amx)";
+  const std::string& s = amx_status();
   if (s.rfind("on", 0) == 0 && !matmul_bf16_activations(best_isa()))
     return "off: BF16 weights multiply f32 activations (MXSERVE_BF16_ACTIVATIONS=0)";
   return s;
+}
+
+const char* matmul_amx_name(Isa isa) {
+  if (!matmul_amx(isa)) return "";
+  return amx_emulated() ? "amx-emulated" : "amx";
 }
 
 std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {

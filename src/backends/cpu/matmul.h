@@ -86,5 +86,7 @@ bool set_matmul_bf16_activations(bool on);
 bool matmul_amx(Isa isa);
 bool set_matmul_amx(bool on);
 std::string matmul_amx_status();
+// "amx", "amx-emulated" (MXSERVE_AMX=emulate) or "" (off): for logs and file names.
+const char* matmul_amx_name(Isa isa);
 
 }  // namespace mx

@@ -16,8 +16,11 @@
 // Written once over the tile operations (amx_tiles.h): HwTiles on the hardware,
 // EmuTiles in software, which the tests run on every AVX512-BF16 CPU and which the
 // hardware must match, bit for bit, before the kernels are offered (status()).
+// GCC 12's AVX-512 headers seed results with self-initialised "undefined" vectors
+// (GCC PR 105593), which -Wall reports as uninitialised at every inlined intrinsic.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cpuid.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -25,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -48,7 +52,9 @@ constexpr int64_t kChunk = kAmxChunk;  // columns per tile step (16 bf16 pairs)
 constexpr int64_t kGroup = kAmxGroup;  // tokens per B tile
 constexpr int64_t kChunkDwords = kAmxBlockDwords;
 constexpr int kBlockRows = 32;  // rows per block: two A tiles
-// Packed activations kept in L2 while every row block of a thread's range passes.
+// Packed activations kept in L2 while every row block of a thread's range passes: about
+// this many bytes, and at least two token groups (more on rows past 8192 columns).
+// A guess, unmeasured on AMX hardware.
 constexpr int64_t kTokenChunkBytes = 512 << 10;
 
 // 16 x 16 dwords transposed in registers: lane j of r[i] goes to lane i of r[j].
@@ -147,8 +153,18 @@ void block(BlockRows b, const uint32_t* xg, int64_t kc, int64_t pf, float (&c)[4
 // dequantized to bf16 (fp8_rows_to_bf16) once per chunk of tokens.
 template <class Tiles, bool Fp8>
 void amx_rows(const Args& a, int64_t r0, int64_t r1) {
-  Tiles::configure();
-  const int64_t in = a.in, kc = (in + kChunk - 1) / kChunk, n = a.n_tokens;
+  const int64_t in = a.in, kc = amx_chunks(in), n = a.n_tokens;
+  if (kc == 0) {  // no columns: every output is the accumulator's +0
+    for (int64_t t = 0; t < n; ++t) std::fill(a.y + t * a.out + r0, a.y + t * a.out + r1, 0.0f);
+    return;
+  }
+  // The tile configuration for this call only, released at its end: the thread holds
+  // no tile state between matmuls (nothing to save at each context switch), and a
+  // configuration left behind by anything else on this thread is replaced.
+  struct Configured {
+    Configured() { Tiles::configure(); }
+    ~Configured() { Tiles::release(); }
+  } configured;
   const int64_t groups = (n + kGroup - 1) / kGroup;
   const int64_t per_chunk = std::max<int64_t>(2, kTokenChunkBytes / (kc * kChunkDwords * 4)) & ~int64_t(1);
   const char* w = static_cast<const char*>(a.w);
@@ -164,10 +180,12 @@ void amx_rows(const Args& a, int64_t r0, int64_t r1) {
         // Copied (dequantized) with +0 past the last row and column: every chunk from the copy.
         const int64_t stride = kc * kChunk * 2;
         char* p = static_cast<char*>(t_padded.get(size_t(kBlockRows * stride)));
-        std::memset(p, 0, size_t(kBlockRows * stride));
         if constexpr (Fp8) fp8_rows_to_bf16(a, r, rows, reinterpret_cast<uint16_t*>(p), stride / 2);
         else
-          for (int64_t i = 0; i < rows; ++i) std::memcpy(p + i * stride, b.w + i * row_bytes, size_t(row_bytes));
+          for (int64_t i = 0; i < rows; ++i) std::memcpy(p + i * stride, b.w + i * row_bytes, size_t(in * 2));
+        if (in * 2 < stride)
+          for (int64_t i = 0; i < rows; ++i) std::memset(p + i * stride + in * 2, 0, size_t(stride - in * 2));
+        std::memset(p + rows * stride, 0, size_t((kBlockRows - rows) * stride));
         b = {p, stride, nullptr, kc};
       } else if (b.kfull < kc) {
         char* p = static_cast<char*>(t_tail.get(kBlockRows * kChunk * 2));
@@ -206,11 +224,27 @@ DtypeKernels kernels_on() {
   DtypeKernels k;
   k.rows = amx_rows<Tiles, Fp8>;
   k.amx_pack = pack_group;
-  k.amx_rows = kBlockRows;
+  k.amx_grain = kBlockRows;
   return k;
 }
 
 // --- Whether the hardware may run them ------------------------------------------
+
+// CPUID leaf 0x1D (palette 1: 8 tiles of up to 16 rows of 64 bytes) and 0x1E (TMUL: 16
+// rows of K, 64 bytes of N): the shapes the kernel configures (Intel SDM, "CPUID",
+// leaves 1DH and 1EH), as Sapphire Rapids through Granite Rapids report them.
+bool tile_shapes_fit() {
+  unsigned a, b, c, d;
+  if (__get_cpuid_max(0, nullptr) < 0x1E) return false;
+  __cpuid_count(0x1D, 0, a, b, c, d);
+  if (a < 1) return false;  // max palette
+  __cpuid_count(0x1D, 1, a, b, c, d);
+  const unsigned bytes_per_row = b & 0xFFFF, names = b >> 16, max_rows = c & 0xFFFF;
+  __cpuid_count(0x1E, 0, a, b, c, d);
+  const unsigned tmul_maxk = b & 0xFF, tmul_maxn = (b >> 8) & 0xFFFF;
+  return bytes_per_row >= amx::kTileBytes && names >= 8 && max_rows >= unsigned(kTileRows) &&
+         tmul_maxk >= unsigned(kTileRows) && tmul_maxn >= unsigned(amx::kTileBytes);
+}
 
 // Linux hands out the tile state (8 KiB per thread) only to a process that asks
 // (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); without it the first tile
@@ -225,29 +259,41 @@ bool os_grants_tiles() {
 sigjmp_buf g_probe_jump;
 void on_sigill(int) { siglongjmp(g_probe_jump, 1); }
 
-// Runs the hardware and the emulated kernel on the same matmul (a partial row block
-// and a partial chunk and token group; values that round, cancel, underflow, overflow
-// and are denormal) and returns "" if every output has the same bits (any NaN matches
-// any NaN, as matmul_impl.h allows), else what differed. A SIGILL (a CPU or hypervisor
-// that advertises AMX but does not run it) is caught and reported.
+std::string bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", u);
+  return buf;
+}
+
+// Runs the hardware and the emulated kernel on one matmul and returns "" if every
+// output has the same bits (any NaN matches any NaN, as matmul_impl.h allows), else
+// what differed. 45 x 107 x 21: a partial row block, chunk and token group. Rows
+// 0-31 and their tokens are N(0, 1)-like (the sums where the order of additions
+// shows); the rest mix in denormal, tiny (products below 2^-126) and huge (sums past
+// 2^127) values. A SIGILL (a CPU or hypervisor that advertises AMX but does not run
+// it) is caught: the handler is the process's for the duration, so this runs once,
+// from the first matmul's kernel set-up, before any tile instruction elsewhere.
 std::string hardware_matches_emulation() {
-  constexpr int64_t kOut = 45, kIn = 107, kN = 21;
+  constexpr int64_t kOut = 45, kIn = 107, kN = 21, kPlainRows = 32;
   std::mt19937 rng(2026);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exp_d(-40, 40), bits16(0, 65535);
   std::vector<uint16_t> w(kOut * kIn);
   std::vector<float> x(kN * kIn);
-  std::uniform_int_distribution<int> exp_d(-40, 40), bits(0, 65535);
-  for (size_t i = 0; i < w.size(); ++i) {
-    const int b = bits(rng);
-    // mostly ordinary values; some denormal, tiny (products below 2^-126) or huge (sums past 2^127)
+  for (int64_t i = 0; i < kOut * kIn; ++i) {
+    const int b = bits16(rng);
     const int e = b % 16 == 0 ? -126 - b % 7 : b % 16 == 1 ? -70 : b % 16 == 2 ? 66 : exp_d(rng);
-    w[i] = f32_to_bf16(std::ldexp((b & 1 ? -1.0f : 1.0f) * (1.0f + float(b >> 9) / 128), e));
+    const float v = std::ldexp((b & 1 ? -1.0f : 1.0f) * (1.0f + float(b >> 9) / 128), e);
+    w[size_t(i)] = f32_to_bf16(i / kIn < kPlainRows ? nd(rng) : v);
   }
-  for (size_t i = 0; i < x.size(); ++i) {
-    const int b = bits(rng);
+  for (int64_t i = 0; i < kN * kIn; ++i) {
+    const int b = bits16(rng);
     const int e = b % 16 == 0 ? -70 : b % 16 == 1 ? 64 : exp_d(rng);
-    x[i] = std::ldexp((b & 1 ? -1.0f : 1.0f) * (1.0f + float(b >> 4) / 4096), e);
+    x[size_t(i)] = i / kIn < kN - 2 ? nd(rng) : std::ldexp((b & 1 ? -1.0f : 1.0f) * (1.0f + float(b >> 4) / 4096), e);
   }
-  const int64_t kc = (kIn + kChunk - 1) / kChunk, groups = (kN + kGroup - 1) / kGroup;
+  const int64_t kc = amx_chunks(kIn), groups = (kN + kGroup - 1) / kGroup;
   std::vector<uint32_t> xp(size_t(groups * kc * kChunkDwords));
   for (int64_t g = 0; g < groups; ++g)
     pack_group(x.data() + g * kGroup * kIn, std::min<int64_t>(kGroup, kN - g * kGroup), kIn, kc,
@@ -259,8 +305,9 @@ std::string hardware_matches_emulation() {
   sa.sa_handler = on_sigill;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGILL, &sa, &old);
-  const bool faulted = sigsetjmp(g_probe_jump, 1) != 0;
-  if (!faulted) amx_rows<amx::HwTiles, false>(a, 0, kOut);
+  volatile bool faulted = false;
+  if (sigsetjmp(g_probe_jump, 1) == 0) amx_rows<amx::HwTiles, false>(a, 0, kOut);
+  else faulted = true;
   sigaction(SIGILL, &old, nullptr);
   if (faulted) return "a tile instruction raised SIGILL";
   a.y = emu.data();
@@ -268,7 +315,7 @@ std::string hardware_matches_emulation() {
   for (size_t i = 0; i < hw.size(); ++i)
     if (std::memcmp(&hw[i], &emu[i], 4) != 0 && !(hw[i] != hw[i] && emu[i] != emu[i]))
       return "TDPBF16PS differs from the SDM's operations: output " + std::to_string(i % kOut) + " of token " +
-             std::to_string(i / kOut) + " is " + std::to_string(hw[i]) + ", emulated " + std::to_string(emu[i]);
+             std::to_string(i / kOut) + " is " + bits(hw[i]) + ", emulated " + bits(emu[i]);
   return "";
 }
 
@@ -281,15 +328,18 @@ struct Availability {
 const Availability& availability() {
   static const Availability av = [] {
     const CpuFeatures& f = cpu_features();
-    const char* env = std::getenv("MXSERVE_AMX");
-    if (env && std::string_view(env) == "emulate") {
-      // The whole scheme in software, on any AVX512-BF16 CPU: slow; for running the
-      // suite or a model as an AMX machine would, where there is none.
-      if (!f.avx512bf16) return Availability{Tiles::None, "off: MXSERVE_AMX=emulate needs AVX512-BF16"};
-      return Availability{Tiles::Emulated, "on: emulated in software (MXSERVE_AMX=emulate; slow, for tests)"};
+    switch (amx_mode()) {
+      case AmxMode::Off: return Availability{Tiles::None, "off: switched off (MXSERVE_AMX=0)"};
+      case AmxMode::Emulate:
+        // The whole scheme in software, on any AVX512-BF16 CPU: slow; for running the
+        // suite or a model as an AMX machine would, where there is none.
+        if (!f.avx512bf16) return Availability{Tiles::None, "off: MXSERVE_AMX=emulate needs AVX512-BF16"};
+        return Availability{Tiles::Emulated, "on: emulated in software (MXSERVE_AMX=emulate; slow, for tests)"};
+      case AmxMode::On: break;
     }
     if (!f.amx_bf16 || !f.avx512bf16)
       return Availability{Tiles::None, "off: this CPU has no AMX-BF16 (or the OS does not enable its tile state)"};
+    if (!tile_shapes_fit()) return Availability{Tiles::None, "off: the CPU's AMX palette lacks 8 tiles of 16 x 64 bytes"};
     if (!os_grants_tiles()) return Availability{Tiles::None, "off: Linux did not grant this process the AMX tile state"};
     const std::string diff = hardware_matches_emulation();
     if (!diff.empty()) return Availability{Tiles::None, "off: " + diff};
@@ -310,10 +360,24 @@ DtypeKernels offered() {
 
 }  // namespace
 
+AmxMode amx_mode() {
+  static const AmxMode mode = [] {
+    const char* e = std::getenv("MXSERVE_AMX");
+    const std::string_view v = e ? e : "";
+    if (v.empty() || v == "1") return AmxMode::On;
+    if (v == "0") return AmxMode::Off;
+    if (v == "emulate") return AmxMode::Emulate;
+    std::fprintf(stderr, "mxserve: warning: MXSERVE_AMX=%s is not 0, 1 or emulate; AMX stays on where offered\n", e);
+    return AmxMode::On;
+  }();
+  return mode;
+}
+
 DtypeKernels amx_bf16_kernels() { return offered<false>(); }
 DtypeKernels amx_fp8_kernels() { return offered<true>(); }
 DtypeKernels amx_bf16_kernels_emulated() { return kernels_on<amx::EmuTiles, false>(); }
 DtypeKernels amx_fp8_kernels_emulated() { return kernels_on<amx::EmuTiles, true>(); }
-const std::string& amx_bf16_status() { return availability().status; }
+const std::string& amx_status() { return availability().status; }
+bool amx_emulated() { return availability().tiles == Tiles::Emulated; }
 
 }  // namespace mx::matmul_detail

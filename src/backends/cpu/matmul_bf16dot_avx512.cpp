@@ -359,14 +359,19 @@ namespace fp8 {
 
 thread_local Buffer t_rows;  // grow-only, R x in bf16
 
+// R rows from r0 as bf16, row r at dst + r * stride (the row's a.in values only).
+template <int R>
+void to_bf16(const Args& a, int64_t r0, uint16_t* dst, int64_t stride) {
+  each_chunk<R>(a, Fp8Src<R>(a, r0), [&](int r, int64_t i, __mmask32 m, __m512bh v) __attribute__((always_inline)) {
+    _mm512_mask_storeu_epi16(dst + r * stride + i, m, __m512i(v));
+  });
+}
+
 template <int R>
 void prep(const Args& a, int64_t, int64_t r0) {
   const size_t bytes = size_t(R * a.in) * 2;
   if (t_rows.size() < bytes) t_rows = Buffer(std::max(bytes, t_rows.size() * 3 / 2));
-  uint16_t* dst = static_cast<uint16_t*>(t_rows.data());
-  each_chunk<R>(a, Fp8Src<R>(a, r0), [&](int r, int64_t i, __mmask32 m, __m512bh v) __attribute__((always_inline)) {
-    _mm512_mask_storeu_epi16(dst + r * a.in + i, m, __m512i(v));
-  });
+  to_bf16<R>(a, r0, static_cast<uint16_t*>(t_rows.data()), a.in);
 }
 
 template <int TT, int R>
@@ -578,14 +583,9 @@ DtypeKernels avx512_bf16dot_kernels() { return bf16_act_kernels(kBf16Gemv, kBf16
 DtypeKernels avx512_fp8dot_kernels() { return bf16_act_kernels(kFp8Gemv, kFp8Gemm); }
 
 void fp8_rows_to_bf16(const Args& a, int64_t r0, int64_t rows, uint16_t* dst, int64_t stride) {
-  auto put_from = [&](int64_t first) {
-    return [dst, stride, first](int r, int64_t i, __mmask32 m, __m512bh v) __attribute__((always_inline)) {
-      _mm512_mask_storeu_epi16(dst + (first + r) * stride + i, m, __m512i(v));
-    };
-  };
   int64_t r = 0;
-  for (; r + 16 <= rows; r += 16) each_chunk<16>(a, Fp8Src<16>(a, r0 + r), put_from(r));
-  for (; r < rows; ++r) each_chunk<1>(a, Fp8Src<1>(a, r0 + r), put_from(r));
+  for (; r + 16 <= rows; r += 16) fp8::to_bf16<16>(a, r0 + r, dst + r * stride, stride);
+  for (; r < rows; ++r) fp8::to_bf16<1>(a, r0 + r, dst + r * stride, stride);
 }
 
 }  // namespace mx::matmul_detail

@@ -46,20 +46,23 @@
 //   bits), which matmul_bf16_activations() reports so callers and tests know which
 //   product they get.
 //
-// BF16 weights on AMX tiles (matmul_bf16_amx.cpp): a scheme of its own, taken for
-// every BF16 matmul with bf16 activations of the process where matmul_amx() is on
-// (one token or many: so the contract holds; the bits differ from the scheme above).
-//   The activations are rounded to bf16 as above, zero-padded to kc = ceil(in / 32)
-//   chunks of 32. Every output owns ONE f32 accumulator starting at +0; for each
-//   chunk c, in increasing c, one TDPBF16PS step: two partial sums e and o start at
-//   +0, and for p = 0 .. 15 in increasing p
-//       e = fma(W[o, 32c + 2p], x[32c + 2p], e),  o = fma(W[o, 32c + 2p + 1], x[32c + 2p + 1], o)
-//   then acc = acc + (e + o); every operation with DAZ, FTZ and round to nearest even
-//   (Intel SDM, TDPBF16PS; MXCSR is not read). Past the row's end the weights and the
-//   activations are +0. No tree: the accumulator is the output. AMX is offered only
-//   where this CPU's TDPBF16PS gives exactly these bits (amx_tiles.h, EmuTiles, does
-//   the same operations in software; the check runs once per process). F8_E4M3
-//   weights keep the scheme above.
+// BF16 and F8_E4M3 weights on AMX tiles (matmul_bf16_amx.cpp): a scheme of its own,
+// taken by every BF16 and F8_E4M3 matmul with bf16 activations of the process where
+// matmul_amx() is on (one token or many, so the contract holds; the bits differ from
+// the vdpbf16ps scheme above). An F8_E4M3 weight is first dequantized to bf16 exactly
+// as above (so an FP8 matmul is still bitwise the BF16 matmul of its dequantized
+// weight rounded to bf16). The activations are rounded to bf16 as above, zero-padded
+// to kc = ceil(in / 32) chunks of 32. Every output y[t, o] owns ONE f32 accumulator
+// starting at +0; for each chunk c, in increasing c, one TDPBF16PS step: two partial
+// sums s_even and s_odd start at +0, and for p = 0 .. 15 in increasing p
+//     s_even = fma(W[o, 32c + 2p], x[32c + 2p], s_even)
+//     s_odd  = fma(W[o, 32c + 2p + 1], x[32c + 2p + 1], s_odd)
+// then acc = acc + (s_even + s_odd); every operation with DAZ, FTZ and round to
+// nearest even (Intel SDM, TDPBF16PS; MXCSR is not read). Past the row's end the
+// weights and the activations are +0. No tree: the accumulator is the output (+0
+// for in = 0). amx_tiles.h's EmuTiles performs exactly these operations in software;
+// the hardware's tiles are offered only where they gave EmuTiles' bits on a check
+// matmul run once per process.
 //
 // MXFP4 weights (int8 dot products, identical bits on every ISA):
 //   Activations are quantized per token row, per 32-block b: s_b = amax_b / 127,
@@ -221,6 +224,7 @@ using Bf16RowFn = void (*)(const float* x, int64_t in, int64_t stride, uint16_t*
 using AmxPackFn = void (*)(const float* x, int64_t n, int64_t in, int64_t kc, uint32_t* dst);
 // That layout's group of tokens, chunk of columns, and dwords per (group, chunk) block.
 constexpr int64_t kAmxGroup = 16, kAmxChunk = 32, kAmxBlockDwords = 16 * 16;
+constexpr int64_t amx_chunks(int64_t in) { return (in + kAmxChunk - 1) / kAmxChunk; }
 // Widens one bf16 token row (stride elements, a multiple of 32) to f32 in the FMA
 // tiles' order (Args::xw).
 using Bf16WidenFn = void (*)(const uint16_t* xb, int64_t stride, float* dst);
@@ -245,10 +249,10 @@ struct DtypeKernels {
   // the tiles widen the bf16 activations themselves).
   Bf16WidenFn bf16_widen = nullptr;
   int64_t bf16_widen_max_in = 0;
-  // BF16 on AMX: rows computes every token at once (no tiles to choose) on the activations
-  // this packs (Args::xp), in blocks of amx_rows rows.
+  // BF16 / F8_E4M3 on AMX: rows computes every token at once (no tiles to choose) on the
+  // activations this packs (Args::xp); the thread split aligns to amx_grain rows.
   AmxPackFn amx_pack = nullptr;
-  int amx_rows = 0;
+  int amx_grain = 0;
   bool ok() const { return rows || (!gemv.empty() && !gemm.empty()); }
 };
 
@@ -256,8 +260,8 @@ struct Kernels {
   DtypeKernels f32, bf16, mxfp4, fp8;
   // BF16 / F8_E4M3 weights x bf16 activations; !ok() where the CPU has none.
   DtypeKernels bf16_dot, fp8_dot;
-  // BF16 / F8_E4M3 weights x bf16 activations on AMX tiles; !ok() where the CPU, the OS
-  // or the check against the SDM's operations rules them out (amx_bf16_status()).
+  // BF16 / F8_E4M3 weights x bf16 activations on AMX tiles; !ok() where not offered
+  // (amx_status()).
   DtypeKernels bf16_amx, fp8_amx;
 };
 
@@ -362,24 +366,30 @@ DtypeKernels avx512_fp8dot_kernels();
 // AVX512-VBMI; the same table and so the same bits as the 32-code vpermt2w lookup, which
 // every other FP8 path takes): on by default where the CPU has it. Tests switch it off
 // to run the other path; the setter returns the previous setting.
-// The BF16 AMX kernels: on the tile registers where this CPU has AMX-BF16, Linux grants
-// the tile state and a first run gives exactly the bits of the SDM's operations (else
-// !ok(), and amx_bf16_status() says why); emulated, the same kernel on EmuTiles
-// (amx_tiles.h), for tests, on any CPU with AVX512-BF16.
-// The same for F8_E4M3 weights, dequantized to bf16 per block of rows as the
-// bf16-activation kernels do (fp8_rows_to_bf16), so an FP8 matmul stays bitwise the
-// BF16 matmul of its dequantized weight rounded to bf16.
-DtypeKernels amx_bf16_kernels();
-DtypeKernels amx_bf16_kernels_emulated();
-DtypeKernels amx_fp8_kernels();
-DtypeKernels amx_fp8_kernels_emulated();
-const std::string& amx_bf16_status();
+bool fp8_vbmi_lookup();
+bool set_fp8_vbmi_lookup(bool on);
 // F8_E4M3 rows [r0, r0 + rows) of a.w (its scales: a.scales, a.scale_cols) as bf16,
 // with the bf16-activation kernels' operations (matmul_bf16dot_avx512.cpp, Fp8Src):
 // row i's a.in values at dst + i * stride; nothing past them is written.
 void fp8_rows_to_bf16(const Args& a, int64_t r0, int64_t rows, uint16_t* dst, int64_t stride);
-bool fp8_vbmi_lookup();
-bool set_fp8_vbmi_lookup(bool on);
+
+// MXSERVE_AMX, read once: unset or "1" on, "0" off (the hardware is not even probed),
+// "emulate" the software tiles; anything else warns and counts as on.
+enum class AmxMode { On, Off, Emulate };
+AmxMode amx_mode();
+// The AMX kernels (matmul_bf16_amx.cpp) for BF16 weights, and for F8_E4M3 ones
+// dequantized to bf16 per block of rows (fp8_rows_to_bf16). Offered: on the tile
+// registers where this CPU has AMX-BF16 with the tile shapes the kernel uses, Linux
+// grants the tile state and a check matmul gives EmuTiles' bits; on EmuTiles under
+// MXSERVE_AMX=emulate; else !ok(), and amx_status() says why. _emulated: EmuTiles
+// always (tests; any CPU with AVX512-BF16).
+DtypeKernels amx_bf16_kernels();
+DtypeKernels amx_fp8_kernels();
+DtypeKernels amx_bf16_kernels_emulated();
+DtypeKernels amx_fp8_kernels_emulated();
+// "on: ..." or "off: why"; and whether what is offered is EmuTiles.
+const std::string& amx_status();
+bool amx_emulated();
 
 // MXFP4 weight scale byte -> 2^(e-127), 0xFF -> NaN, and 0 (2^-127, a subnormal) -> 0:
 // the scalar form of what every kernel computes. Flushing costs nothing numerically

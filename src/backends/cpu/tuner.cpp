@@ -228,6 +228,13 @@ std::vector<TunedEntry> tune_entries(const std::vector<Isa>& isas, const std::ve
   std::vector<TunedEntry> out;
   for (Isa isa : isas)
     for (DType dt : dtypes) {
+      if ((dt == DType::BF16 || dt == DType::F8_E4M3) && matmul_amx(isa)) {
+        // One kernel, no tiles to choose; entries written now would later be read by the
+        // AVX-512 kernels (MXSERVE_AMX=0), which they were not measured on.
+        fmt::print(stderr, "tune: {} {}: runs on AMX tiles (nothing to tune; MXSERVE_AMX=0 tunes the AVX-512 kernels), skipped\n",
+                   isa_name(isa), dtype_name(dt));
+        continue;
+      }
       const std::vector<KernelConfig> cands = matmul_candidates(isa, dt);
       if (cands.empty()) {
         fmt::print(stderr, "tune: {} {}: not available on this CPU, skipped\n", isa_name(isa), dtype_name(dt));
