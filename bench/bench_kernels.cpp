@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "backends/cpu/attention.h"
 #include "backends/cpu/matmul.h"
+#include "backends/cpu/matmul_impl.h"
 
 namespace {
 
@@ -132,6 +133,28 @@ void BM_Gemm(benchmark::State& st, DType dt, int64_t out, int64_t in) {
   st.counters["GFLOP/s"] = per_second(flops / 1e9);
   st.SetLabel(matmul_isa_label());
 }
+
+// The AMX kernels' activation packing (bf16 rounding and a 16 x 16 dword transpose per
+// 16 tokens and 32 columns, matmul_bf16_amx.cpp), one thread: what an AMX matmul pays
+// per call on top of the tiles. Runs on any AVX512-BF16 CPU (the packer is AVX-512).
+void BM_AmxPack(benchmark::State& st, int64_t in) {
+  if (!cpu_features().avx512bf16) return st.SkipWithError("needs AVX512-BF16");
+  const int64_t n = st.range(0), kc = matmul_detail::amx_chunks(in), groups = (n + 15) / 16;
+  const matmul_detail::AmxPackFn pack = matmul_detail::amx_bf16_kernels_emulated().amx_pack;
+  std::vector<float> x(size_t(n * in));
+  fill(x.data(), DType::F32, n * in, 3);
+  std::vector<uint32_t> xp(size_t(groups * kc * matmul_detail::kAmxBlockDwords));
+  for (auto _ : st) {
+    for (int64_t g = 0; g < groups; ++g)
+      pack(x.data() + g * 16 * in, std::min<int64_t>(16, n - g * 16), in, kc,
+           xp.data() + g * kc * matmul_detail::kAmxBlockDwords);
+    benchmark::DoNotOptimize(xp.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["GB/s"] = per_second(double(n * in) * 4 / 1e9);  // f32 activations read
+}
+BENCHMARK_CAPTURE(BM_AmxPack, in896, 896)->Arg(1)->Arg(512)->ArgName("tokens")->UseRealTime();
+BENCHMARK_CAPTURE(BM_AmxPack, in4864, 4864)->Arg(1)->Arg(512)->ArgName("tokens")->UseRealTime();
 
 #define GEMV(dt, out, in) \
   BENCHMARK_CAPTURE(BM_Gemv, dt##_##out##x##in, DType::dt, out, in) \
