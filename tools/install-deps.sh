@@ -11,7 +11,8 @@ PKGS=(g++ cmake ninja-build pkg-config
       python3-numpy python3-torch libopenblas0-pthread  # torch: Debian's generic BLAS is ~100x slower
       clang-14 libclang-rt-14-dev   # sanitizer + libFuzzer build (tools/test-hardening.sh)
       hipcc libamdhip64-dev rocm-device-libs  # the HIP backend, compiled (no GPU needed)
-      libtbb-dev)  # the HIP-CPU runtime (../shared/third_party/hip-cpu) runs the HIP kernels on the CPU
+      libtbb-dev  # the HIP-CPU runtime (../shared/third_party/hip-cpu) runs the HIP kernels on the CPU
+      qemu-user)  # a CPU without AVX-512 for one test (tests/cli/test_without_avx512.cpp)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -184,6 +184,7 @@ TEST(MatmulAmx, EmulatedFp8IsTheBf16OfItsDequantizedWeight) {
 // offered only after a smaller check of the same; this one covers every shape above),
 // and the dispatcher takes them for BF16 weights.
 TEST(MatmulAmx, HardwareGivesTheEmulatedBits) {
+  if (!cpu_features().avx512bf16) GTEST_SKIP() << "no AMX: this CPU has no AVX512-BF16 (" << cpu_features_string() << ")";
   const matmul_detail::DtypeKernels hw = matmul_detail::amx_bf16_kernels();
   if (!hw.ok() || matmul_detail::amx_emulated())
     GTEST_SKIP() << "no AMX tile registers offered here: " << matmul_detail::amx_status() << " (" << cpu_model_name()
@@ -221,8 +222,16 @@ TEST(MatmulAmx, EmulatedKernelOnEmptyRows) {
   AmxOn on;
   std::mt19937 rng(15);
   Problem p = make(5, 0, 3, rng);
-  const std::vector<float> y = run(emulated(), p, p.x.data(), 3, 1);
-  for (float v : y) EXPECT_EQ(0, std::memcmp(&v, "\0\0\0\0", 4)) << v;
+  matmul_detail::Kernels k = emulated();
+  k.fp8_amx = matmul_detail::amx_fp8_kernels_emulated();
+  for (const std::vector<float>& y : {run(k, p, p.x.data(), 3, 1), [&] {
+         std::vector<float> f(15, NAN);
+         uint8_t none = 0;
+         matmul_detail::run_kernels(k, Isa::Avx512, f.data(), p.x.data(), Tensor(DType::F8_E4M3, {5, 0}, &none), 3,
+                                    pool(1), nullptr, /*bf16_act=*/true);
+         return f;
+       }()})
+    for (float v : y) EXPECT_EQ(0, std::memcmp(&v, "\0\0\0\0", 4)) << v;
 }
 
 TEST(MatmulAmx, StatusSaysWhy) {

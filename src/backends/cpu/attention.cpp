@@ -72,10 +72,14 @@ void attend_scalar(const Call& c, const int32_t* tables, int max_blocks, const i
 }
 
 const Kernel* tiled_kernel(Isa isa, AttnProducts products) {
-  static const Kernel k512 = attn_detail::avx512_attention_kernel();
-  static const Kernel k512bf16 = attn_detail::avx512_bf16_attention_kernel();
-  static const Kernel k512bf16fma = attn_detail::avx512_bf16fma_attention_kernel();
-  static const Kernel k2 = attn_detail::avx2_attention_kernel();
+  // Each built only where the CPU runs its ISA: the builders are compiled for it, and
+  // the compiler may use its instructions in them too.
+  static const Kernel k512 = isa_supported(Isa::Avx512) ? attn_detail::avx512_attention_kernel() : Kernel{};
+  static const Kernel k512bf16 =
+      attention_bf16_supported(Isa::Avx512) ? attn_detail::avx512_bf16_attention_kernel() : Kernel{};
+  static const Kernel k512bf16fma =
+      attention_bf16_supported(Isa::Avx512) ? attn_detail::avx512_bf16fma_attention_kernel() : Kernel{};
+  static const Kernel k2 = isa_supported(Isa::Avx2) ? attn_detail::avx2_attention_kernel() : Kernel{};
   if (products == AttnProducts::Bf16) {
     MX_CHECK(attention_bf16_supported(isa),
              "attention: bf16 products need AVX-512 with AVX512-BF16 (asked on {}; this CPU: {})", isa_name(isa),

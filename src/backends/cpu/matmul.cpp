@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -273,8 +274,11 @@ bool set_fp8_vbmi_lookup(bool on) { return fp8_vbmi_setting().exchange(on && cpu
 namespace {
 
 const Kernels& kernels(Isa isa) {
-  static const Kernels k[3] = {scalar_kernels(), avx2_kernels(cpu_features().avx_vnni),
-                               avx512_kernels()};
+  // Each ISA's set built only where the CPU runs it: the builders are compiled for their
+  // ISA, and the compiler may use its instructions in them too.
+  static const Kernels k[3] = {scalar_kernels(),
+                               isa_supported(Isa::Avx2) ? avx2_kernels(cpu_features().avx_vnni) : Kernels{},
+                               isa_supported(Isa::Avx512) ? avx512_kernels() : Kernels{}};
   return k[int(isa)];
 }
 
@@ -285,6 +289,24 @@ std::atomic<bool>& bf16_activations_setting() {
   }();
   return on;
 }
+
+}  // namespace
+
+// Here, not in the AMX file: that one is compiled for AVX-512, and this runs on every CPU.
+AmxMode amx_mode() {
+  static const AmxMode mode = [] {
+    const char* e = std::getenv("MXSERVE_AMX");
+    const std::string_view v = e ? e : "";
+    if (v.empty() || v == "1") return AmxMode::On;
+    if (v == "0") return AmxMode::Off;
+    if (v == "emulate") return AmxMode::Emulate;
+    std::fprintf(stderr, "mxserve: warning: MXSERVE_AMX=%s is not 0, 1 or emulate; AMX stays on where offered\n", e);
+    return AmxMode::On;
+  }();
+  return mode;
+}
+
+namespace {
 
 std::atomic<bool>& amx_setting() {
   static std::atomic<bool> on{amx_mode() != AmxMode::Off};
@@ -486,6 +508,8 @@ bool set_matmul_amx(bool on) { return amx_setting().exchange(on); }
 std::string matmul_amx_status() {
   if (!amx_setting())
     return amx_mode() == AmxMode::Off ? "off: switched off (MXSERVE_AMX=0)" : "off: switched off (set_matmul_amx)";
+  // (Not a step into the AMX file, compiled for AVX-512, on a CPU without it.)
+  if (!cpu_features().avx512bf16) return "off: this CPU has no AVX512-BF16, nor AMX";
   const std::string& s = amx_status();
   if (s.rfind("on", 0) == 0 && !matmul_bf16_activations(best_isa()))
     return "off: BF16 weights multiply f32 activations (MXSERVE_BF16_ACTIVATIONS=0)";

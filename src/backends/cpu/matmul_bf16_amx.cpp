@@ -18,8 +18,10 @@
 // hardware must match, bit for bit, before the kernels are offered (status()).
 // GCC 12's AVX-512 headers seed results with self-initialised "undefined" vectors
 // (GCC PR 105593), which -Wall reports as uninitialised at every inlined intrinsic.
+#ifndef __clang__
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <cpuid.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -160,11 +162,9 @@ void amx_rows(const Args& a, int64_t r0, int64_t r1) {
   }
   // The tile configuration for this call only, released at its end: the thread holds
   // no tile state between matmuls (nothing to save at each context switch), and a
-  // configuration left behind by anything else on this thread is replaced.
-  struct Configured {
-    Configured() { Tiles::configure(); }
-    ~Configured() { Tiles::release(); }
-  } configured;
+  // configuration left behind by anything else on this thread is replaced. (Not an RAII
+  // guard: the check's siglongjmp would skip its destructor; nothing here throws.)
+  Tiles::configure();
   const int64_t groups = (n + kGroup - 1) / kGroup;
   const int64_t per_chunk = std::max<int64_t>(2, kTokenChunkBytes / (kc * kChunkDwords * 4)) & ~int64_t(1);
   const char* w = static_cast<const char*>(a.w);
@@ -217,6 +217,7 @@ void amx_rows(const Args& a, int64_t r0, int64_t r1) {
       }
     }
   }
+  Tiles::release();
 }
 
 template <class Tiles, bool Fp8>
@@ -269,14 +270,14 @@ std::string bits(float v) {
 
 // Runs the hardware and the emulated kernel on one matmul and returns "" if every
 // output has the same bits (any NaN matches any NaN, as matmul_impl.h allows), else
-// what differed. 45 x 107 x 21: a partial row block, chunk and token group. Rows
-// 0-31 and their tokens are N(0, 1)-like (the sums where the order of additions
-// shows); the rest mix in denormal, tiny (products below 2^-126) and huge (sums past
-// 2^127) values. A SIGILL (a CPU or hypervisor that advertises AMX but does not run
+// what differed. 45 x 107 x 37: a partial row block and chunk, a pair of token groups
+// and a partial one alone (the blocks decode runs). Rows 0-31 and the first 35 tokens
+// are N(0, 1)-like (the sums where the order of additions shows); the rest mix in
+// denormal, tiny (products below 2^-126) and huge (sums past 2^127) values. A SIGILL (a CPU or hypervisor that advertises AMX but does not run
 // it) is caught: the handler is the process's for the duration, so this runs once,
 // from the first matmul's kernel set-up, before any tile instruction elsewhere.
 std::string hardware_matches_emulation() {
-  constexpr int64_t kOut = 45, kIn = 107, kN = 21, kPlainRows = 32;
+  constexpr int64_t kOut = 45, kIn = 107, kN = 37, kPlainRows = 32;
   std::mt19937 rng(2026);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::uniform_int_distribution<int> exp_d(-40, 40), bits16(0, 65535);
@@ -339,7 +340,8 @@ const Availability& availability() {
     }
     if (!f.amx_bf16 || !f.avx512bf16)
       return Availability{Tiles::None, "off: this CPU has no AMX-BF16 (or the OS does not enable its tile state)"};
-    if (!tile_shapes_fit()) return Availability{Tiles::None, "off: the CPU's AMX palette lacks 8 tiles of 16 x 64 bytes"};
+    if (!tile_shapes_fit())
+      return Availability{Tiles::None, "off: the CPU's AMX tiles or TMUL are smaller than the kernel's (CPUID 1DH / 1EH)"};
     if (!os_grants_tiles()) return Availability{Tiles::None, "off: Linux did not grant this process the AMX tile state"};
     const std::string diff = hardware_matches_emulation();
     if (!diff.empty()) return Availability{Tiles::None, "off: " + diff};
@@ -359,19 +361,6 @@ DtypeKernels offered() {
 }
 
 }  // namespace
-
-AmxMode amx_mode() {
-  static const AmxMode mode = [] {
-    const char* e = std::getenv("MXSERVE_AMX");
-    const std::string_view v = e ? e : "";
-    if (v.empty() || v == "1") return AmxMode::On;
-    if (v == "0") return AmxMode::Off;
-    if (v == "emulate") return AmxMode::Emulate;
-    std::fprintf(stderr, "mxserve: warning: MXSERVE_AMX=%s is not 0, 1 or emulate; AMX stays on where offered\n", e);
-    return AmxMode::On;
-  }();
-  return mode;
-}
 
 DtypeKernels amx_bf16_kernels() { return offered<false>(); }
 DtypeKernels amx_fp8_kernels() { return offered<true>(); }

@@ -390,6 +390,8 @@ DtypeKernels amx_fp8_kernels_emulated();
 // "on: ..." or "off: why"; and whether what is offered is EmuTiles.
 const std::string& amx_status();
 bool amx_emulated();
+// (The six functions above are compiled for AVX-512: call them only where
+// cpu_features().avx512bf16; amx_mode() lives in matmul.cpp and runs anywhere.)
 
 // MXFP4 weight scale byte -> 2^(e-127), 0xFF -> NaN, and 0 (2^-127, a subnormal) -> 0:
 // the scalar form of what every kernel computes. Flushing costs nothing numerically
