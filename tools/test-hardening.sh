@@ -24,7 +24,8 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_retur
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 SUBSET=${MXSERVE_ASAN_TESTS:-.}
 echo "== test suite under ASan + UBSan (ctest -R '$SUBSET')"
-echo "   (the GPU-backend tests skip here: this build has no HIP-CPU backend; they ran on HIP-CPU in the main build)"
+echo "   (the GPU-backend tests skip here: this build has no HIP-CPU backend; they ran on HIP-CPU in the main build."
+echo "    Cli.RunsOnACpuWithoutAvx512 skips too: qemu-user cannot hold ASan's shadow memory; it ran in the main build)"
 tools/run-ctest.sh build-asan --output-on-failure -j"$(nproc)" --timeout 900 -R "$SUBSET"
 
 echo "== fuzz: ${FUZZ_SECONDS}s per target"
