@@ -79,12 +79,6 @@ Buffer make_scales(Tensor& t, uint32_t seed) {
   return b;
 }
 
-// The ISA, and whether BF16 / FP8 weights run on AMX tiles.
-std::string matmul_isa_label() {
-  const std::string amx = matmul_amx_name(best_isa());
-  return std::string(isa_name(best_isa())) + (amx.empty() ? "" : " + " + amx);
-}
-
 struct Problem {
   std::vector<OwnedTensor> w;  // copies of the weight, cycled through
   std::vector<Buffer> scales;  // their block scales (quantized dtypes)
@@ -118,7 +112,7 @@ void BM_Gemv(benchmark::State& st, DType dt, int64_t out, int64_t in) {
   const double bytes = double(p.w[0].t.storage_bytes());  // weights + block scales
   st.SetBytesProcessed(int64_t(st.iterations() * bytes));
   st.counters["GB/s"] = per_second(bytes / 1e9);
-  st.SetLabel(matmul_isa_label() + ", " + std::to_string(p.w.size()) + " copies");
+  st.SetLabel(matmul_isa_label(best_isa()) + ", " + std::to_string(p.w.size()) + " copies");
 }
 
 void BM_Gemm(benchmark::State& st, DType dt, int64_t out, int64_t in) {
@@ -131,7 +125,7 @@ void BM_Gemm(benchmark::State& st, DType dt, int64_t out, int64_t in) {
   }
   const double flops = 2.0 * double(out) * double(in) * double(n);
   st.counters["GFLOP/s"] = per_second(flops / 1e9);
-  st.SetLabel(matmul_isa_label());
+  st.SetLabel(matmul_isa_label(best_isa()));
 }
 
 // The AMX kernels' activation packing (bf16 rounding and a 16 x 16 dword transpose per
@@ -139,15 +133,14 @@ void BM_Gemm(benchmark::State& st, DType dt, int64_t out, int64_t in) {
 // per call on top of the tiles. Runs on any AVX512-BF16 CPU (the packer is AVX-512).
 void BM_AmxPack(benchmark::State& st, int64_t in) {
   if (!cpu_features().avx512bf16) return st.SkipWithError("needs AVX512-BF16");
-  const int64_t n = st.range(0), kc = matmul_detail::amx_chunks(in), groups = (n + 15) / 16;
-  const matmul_detail::AmxPackFn pack = matmul_detail::amx_bf16_kernels_emulated().amx_pack;
+  using namespace matmul_detail;
+  const int64_t n = st.range(0), groups = amx_groups(n);
+  const AmxPackFn pack = amx_bf16_kernels_emulated().amx_pack;
   std::vector<float> x(size_t(n * in));
   fill(x.data(), DType::F32, n * in, 3);
-  std::vector<uint32_t> xp(size_t(groups * kc * matmul_detail::kAmxBlockDwords));
+  std::vector<uint32_t> xp(size_t(groups * amx_chunks(in) * kAmxBlockDwords));
   for (auto _ : st) {
-    for (int64_t g = 0; g < groups; ++g)
-      pack(x.data() + g * 16 * in, std::min<int64_t>(16, n - g * 16), in, kc,
-           xp.data() + g * kc * matmul_detail::kAmxBlockDwords);
+    for (int64_t g = 0; g < groups; ++g) amx_pack_group(pack, x.data(), n, in, g, xp.data());
     benchmark::DoNotOptimize(xp.data());
     benchmark::ClobberMemory();
   }

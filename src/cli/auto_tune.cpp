@@ -81,11 +81,11 @@ std::string auto_tune_file(const std::string& model) {
   // What the measurement depends on besides the model: the machine, the ISA, the
   // product bf16 weights take (backends/cpu/matmul.h) and the thread count.
   const int threads = global_pool().size();
+  const std::string amx = matmul_amx_name(best_isa());
   const fs::path file = fs::path(tune_cache_dir()) /
                         fmt::format("kernels-{}-{}{}{}{}-t{}-{}.json", cpu_key(), isa_name(best_isa()),
-                                    matmul_bf16_activations(best_isa()) ? "-bf16act" : "",
-                                    *matmul_amx_name(best_isa()) ? "-" : "", matmul_amx_name(best_isa()), threads,
-                                    model_tag(model));
+                                    matmul_bf16_activations(best_isa()) ? "-bf16act" : "", amx.empty() ? "" : "-",
+                                    amx, threads, model_tag(model));
   auto give_up = [](const std::string& why) {
     fmt::print(stderr, "warning: auto-tune: {}; running on the built-in kernel table\n", why);
     return std::string();

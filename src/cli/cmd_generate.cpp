@@ -158,12 +158,11 @@ Command add_generate(CLI::App& app) {
               const int n = int(r.tokens.size());
               std::fprintf(stderr,
                            "prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s "
-                           "(%.1f tok/s); finish: %s; isa %s%s%s, %d threads\n",
+                           "(%.1f tok/s); finish: %s; isa %s, %d threads\n",
                            r.prompt_tokens, r.prefill_seconds,
                            r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0.0, n,
                            r.decode_seconds, r.decode_seconds > 0 ? (n - 1) / r.decode_seconds : 0.0,
-                           describe(r.finish_reason, r.error).c_str(), isa_name(best_isa()),
-                           *matmul_amx_name(best_isa()) ? " + " : "", matmul_amx_name(best_isa()),
+                           describe(r.finish_reason, r.error).c_str(), matmul_isa_label(best_isa()).c_str(),
                            global_pool().size());
               if (r.decode_seconds > 0 && n > 1)
                 std::fprintf(stderr, "backend %s: %.1f GB/s of weights per decoded token (%.1f MiB a token)\n",

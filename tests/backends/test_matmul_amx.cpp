@@ -1,5 +1,5 @@
 // The BF16 AMX matmul (matmul_bf16_amx.cpp) against its accumulation scheme
-// (matmul_impl.h, "BF16 weights on AMX tiles") written out plainly here: the kernel
+// (matmul_impl.h, "BF16 and F8_E4M3 weights on AMX tiles") written out plainly here: the kernel
 // on the emulated tiles (amx_tiles.h, EmuTiles) on every AVX512-BF16 CPU, bit for bit
 // and batch invariant; and, on a CPU whose AMX is offered, the tile registers bit for
 // bit against the emulation.

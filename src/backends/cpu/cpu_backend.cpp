@@ -42,10 +42,7 @@ Bf16Act act(const DevWeight& w) { return w.f32_activations ? Bf16Act::F32 : Bf16
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(ThreadPool& pool) : pool_(pool) {}
-  std::string name() const override {
-    const std::string amx = matmul_amx_name(best_isa());
-    return std::string("cpu (") + isa_name(best_isa()) + (amx.empty() ? "" : " + " + amx) + ")";
-  }
+  std::string name() const override { return "cpu (" + matmul_isa_label(best_isa()) + ")"; }
   Isa isa() const override { return best_isa(); }
   bool host_memory() const override { return true; }
 

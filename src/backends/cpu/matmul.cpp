@@ -244,12 +244,9 @@ const float* widened_activations(const uint16_t* xb, int64_t n, int64_t stride, 
 
 // The AMX kernel's activations (Args::xp), packed per group of kAmxGroup tokens.
 const uint32_t* amx_activations(const float* x, int64_t n, int64_t in, AmxPackFn pack, ThreadPool& pool) {
-  const int64_t kc = amx_chunks(in), groups = (n + kAmxGroup - 1) / kAmxGroup;
-  const int64_t per_group = kc * kAmxBlockDwords;
+  const int64_t groups = amx_groups(n), per_group = amx_chunks(in) * kAmxBlockDwords;
   uint32_t* dst = static_cast<uint32_t*>(t_act.get(size_t(groups * per_group) * 4 + 64));
-  for_each_row(groups, per_group, pool, [&](int64_t g) {
-    pack(x + g * kAmxGroup * in, std::min(kAmxGroup, n - g * kAmxGroup), in, kc, dst + g * per_group);
-  });
+  for_each_row(groups, per_group, pool, [&](int64_t g) { amx_pack_group(pack, x, n, in, g, dst); });
   return dst;
 }
 
@@ -314,15 +311,17 @@ std::atomic<bool>& amx_setting() {
 }
 
 const DtypeKernels* dtype_kernels(const Kernels& k, DType dt, bool bf16_act = false) {
+  // BF16 and F8_E4M3: with bf16 activations the AMX kernels where offered and on, else
+  // the bf16-activation ones where the CPU has them; else the f32-activation ones.
+  auto pick = [&](const DtypeKernels& amx, const DtypeKernels& dot, const DtypeKernels& f32_act) {
+    if (bf16_act && amx.ok() && amx_setting()) return &amx;
+    return bf16_act && dot.ok() ? &dot : &f32_act;
+  };
   switch (dt) {
     case DType::F32: return &k.f32;
-    case DType::BF16:
-      if (bf16_act && k.bf16_amx.ok() && amx_setting()) return &k.bf16_amx;
-      return bf16_act && k.bf16_dot.ok() ? &k.bf16_dot : &k.bf16;
+    case DType::BF16: return pick(k.bf16_amx, k.bf16_dot, k.bf16);
     case DType::MXFP4: return &k.mxfp4;
-    case DType::F8_E4M3:
-      if (bf16_act && k.fp8_amx.ok() && amx_setting()) return &k.fp8_amx;
-      return bf16_act && k.fp8_dot.ok() ? &k.fp8_dot : &k.fp8;
+    case DType::F8_E4M3: return pick(k.fp8_amx, k.fp8_dot, k.fp8);
     default: return nullptr;
   }
 }
@@ -519,6 +518,11 @@ std::string matmul_amx_status() {
 const char* matmul_amx_name(Isa isa) {
   if (!matmul_amx(isa)) return "";
   return amx_emulated() ? "amx-emulated" : "amx";
+}
+
+std::string matmul_isa_label(Isa isa) {
+  const std::string amx = matmul_amx_name(isa);
+  return std::string(isa_name(isa)) + (amx.empty() ? "" : " + " + amx);
 }
 
 std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {

@@ -86,7 +86,9 @@ bool set_matmul_bf16_activations(bool on);
 bool matmul_amx(Isa isa);
 bool set_matmul_amx(bool on);
 std::string matmul_amx_status();
-// "amx", "amx-emulated" (MXSERVE_AMX=emulate) or "" (off): for logs and file names.
+// "amx", "amx-emulated" (MXSERVE_AMX=emulate) or "" (off): for file names.
 const char* matmul_amx_name(Isa isa);
+// The ISA's name, and " + " that where AMX is on (e.g. "avx512 + amx"): for logs.
+std::string matmul_isa_label(Isa isa);
 
 }  // namespace mx

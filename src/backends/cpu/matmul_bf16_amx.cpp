@@ -1,6 +1,7 @@
-// BF16 weights times bf16 activations on AMX tiles (TDPBF16PS: 16 x 16 outputs of 32
-// products each per instruction). The accumulation scheme, and why it keeps batch
-// invariance: matmul_impl.h ("BF16 weights on AMX tiles"). Intel SDM, TDPBF16PS,
+// BF16 weights (and F8_E4M3 ones dequantized to bf16) times bf16 activations on AMX
+// tiles (TDPBF16PS: 16 x 16 outputs of 32 products each per instruction). The
+// accumulation scheme, and why it keeps batch invariance: matmul_impl.h ("BF16 and
+// F8_E4M3 weights on AMX tiles"). Intel SDM, TDPBF16PS,
 // TILELOADD, LDTILECFG; Linux Documentation/arch/x86/xstate.rst (the tile state is
 // granted per process on request).
 //
@@ -15,7 +16,7 @@
 //
 // Written once over the tile operations (amx_tiles.h): HwTiles on the hardware,
 // EmuTiles in software, which the tests run on every AVX512-BF16 CPU and which the
-// hardware must match, bit for bit, before the kernels are offered (status()).
+// hardware must match, bit for bit, before the kernels are offered (availability()).
 // GCC 12's AVX-512 headers seed results with self-initialised "undefined" vectors
 // (GCC PR 105593), which -Wall reports as uninitialised at every inlined intrinsic.
 #ifndef __clang__
@@ -31,11 +32,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -55,7 +54,7 @@ constexpr int64_t kGroup = kAmxGroup;  // tokens per B tile
 constexpr int64_t kChunkDwords = kAmxBlockDwords;
 constexpr int kBlockRows = 32;  // rows per block: two A tiles
 // Packed activations kept in L2 while every row block of a thread's range passes: about
-// this many bytes, and at least two token groups (more on rows past 8192 columns).
+// this many bytes, and at least two token groups (so more bytes on rows past 8192 columns).
 // A guess, unmeasured on AMX hardware.
 constexpr int64_t kTokenChunkBytes = 512 << 10;
 
@@ -165,7 +164,7 @@ void amx_rows(const Args& a, int64_t r0, int64_t r1) {
   // configuration left behind by anything else on this thread is replaced. (Not an RAII
   // guard: the check's siglongjmp would skip its destructor; nothing here throws.)
   Tiles::configure();
-  const int64_t groups = (n + kGroup - 1) / kGroup;
+  const int64_t groups = amx_groups(n);
   const int64_t per_chunk = std::max<int64_t>(2, kTokenChunkBytes / (kc * kChunkDwords * 4)) & ~int64_t(1);
   const char* w = static_cast<const char*>(a.w);
   const int64_t row_bytes = in * (Fp8 ? 1 : 2);
@@ -294,11 +293,8 @@ std::string hardware_matches_emulation() {
     const int e = b % 16 == 0 ? -70 : b % 16 == 1 ? 64 : exp_d(rng);
     x[size_t(i)] = i / kIn < kN - 2 ? nd(rng) : std::ldexp((b & 1 ? -1.0f : 1.0f) * (1.0f + float(b >> 4) / 4096), e);
   }
-  const int64_t kc = amx_chunks(kIn), groups = (kN + kGroup - 1) / kGroup;
-  std::vector<uint32_t> xp(size_t(groups * kc * kChunkDwords));
-  for (int64_t g = 0; g < groups; ++g)
-    pack_group(x.data() + g * kGroup * kIn, std::min<int64_t>(kGroup, kN - g * kGroup), kIn, kc,
-               xp.data() + g * kc * kChunkDwords);
+  std::vector<uint32_t> xp(size_t(amx_groups(kN) * amx_chunks(kIn) * kChunkDwords));
+  for (int64_t g = 0; g < amx_groups(kN); ++g) amx_pack_group(pack_group, x.data(), kN, kIn, g, xp.data());
   std::vector<float> hw(kOut * kN, 0.0f), emu(kOut * kN, 1.0f);
   Args a{hw.data(), x.data(), w.data(), kN, kOut, kIn};
   a.xp = xp.data();

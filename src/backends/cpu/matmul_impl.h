@@ -225,6 +225,13 @@ using AmxPackFn = void (*)(const float* x, int64_t n, int64_t in, int64_t kc, ui
 // That layout's group of tokens, chunk of columns, and dwords per (group, chunk) block.
 constexpr int64_t kAmxGroup = 16, kAmxChunk = 32, kAmxBlockDwords = 16 * 16;
 constexpr int64_t amx_chunks(int64_t in) { return (in + kAmxChunk - 1) / kAmxChunk; }
+constexpr int64_t amx_groups(int64_t n_tokens) { return (n_tokens + kAmxGroup - 1) / kAmxGroup; }
+// Packs token group g of x (n_tokens rows of `in` floats) into its place in the layout
+// at xp (amx_groups(n_tokens) x amx_chunks(in) blocks of kAmxBlockDwords).
+inline void amx_pack_group(AmxPackFn pack, const float* x, int64_t n_tokens, int64_t in, int64_t g, uint32_t* xp) {
+  const int64_t kc = amx_chunks(in);
+  pack(x + g * kAmxGroup * in, std::min(kAmxGroup, n_tokens - g * kAmxGroup), in, kc, xp + g * kc * kAmxBlockDwords);
+}
 // Widens one bf16 token row (stride elements, a multiple of 32) to f32 in the FMA
 // tiles' order (Args::xw).
 using Bf16WidenFn = void (*)(const uint16_t* xb, int64_t stride, float* dst);
