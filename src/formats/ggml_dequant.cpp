@@ -114,10 +114,15 @@ void dequantize_row(uint32_t t, const uint8_t* src, int64_t k, float* out) {
 }
 
 void mxfp4_row_to_ggml(const uint8_t* packed, const uint8_t* scales, int64_t k, uint8_t* blocks) {
-  auto elem = [&](int64_t i) { return uint8_t((packed[i / 2] >> (4 * (i & 1))) & 0xF); };
-  for (int64_t b = 0; b < k / 32; ++b, blocks += 17) {
+  // The inverse of mxfp4_row_from_ggml below, whole bytes at a time: q[2m] holds
+  // elements 2m and 2m + 16, q[2m + 1] elements 2m + 1 and 2m + 17.
+  for (int64_t b = 0; b < k / 32; ++b, blocks += 17, packed += 16) {
     blocks[0] = scales[b];
-    for (int j = 0; j < 16; ++j) blocks[1 + j] = uint8_t(elem(b * 32 + j) | (elem(b * 32 + j + 16) << 4));
+    uint8_t* q = blocks + 1;
+    for (int m = 0; m < 8; ++m) {
+      q[2 * m] = uint8_t((packed[m] & 0x0F) | (packed[8 + m] << 4));
+      q[2 * m + 1] = uint8_t((packed[m] >> 4) | (packed[8 + m] & 0xF0));
+    }
   }
 }
 
