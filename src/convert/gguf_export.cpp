@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "formats/ggml_dequant.h"
 #include "formats/gguf.h"
 #include "convert/gguf_export.h"
@@ -59,51 +60,52 @@ Tensor logical(const TensorStore& s, const std::string& name) {
 }
 
 // Appends `parts` (stacked along a new leading dim when more than one), each
-// [rows, cols] with rows in `order`, converted to ggml type `out`.
+// [rows, cols] with rows in `order`, converted to ggml type `out`. Every output row
+// has the same size, so the rows are converted in parallel, each into its place
+// (quantizing a model's weights is most of a conversion's time).
 void produce(const std::vector<Tensor>& parts, RowOrder order, uint32_t out, std::vector<uint8_t>& buf) {
   for (const Tensor& t : parts) {
     const int64_t cols = t.dim(-1), rows = t.numel() / cols;
-    std::vector<float> row(cols);
-    std::vector<uint8_t> packed(cols / 2), scales(cols / 32 + 1);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t sr = order.src(r);
-      if (t.dtype == DType::MXFP4) {
-        const uint8_t* p = static_cast<const uint8_t*>(t.data) + sr * cols / 2;
-        const uint8_t* sc = static_cast<const uint8_t*>(t.scales) + sr * cols / 32;
-        if (out == ggml_type::MXFP4) {
-          const size_t at = buf.size();
-          buf.resize(at + cols / 32 * 17);
-          ggml::mxfp4_row_to_ggml(p, sc, cols, buf.data() + at);
-          continue;
-        }
-        mxfp4::dequantize_row(p, sc, cols, row.data());
-      } else if (t.dtype == DType::BF16 && out == ggml_type::BF16) {
-        const uint8_t* p = static_cast<const uint8_t*>(t.data) + sr * cols * 2;
-        buf.insert(buf.end(), p, p + cols * 2);
-        continue;
-      } else {
-        for (int64_t i = 0; i < cols; ++i) row[i] = load_as_f32(t.data, t.dtype, sr * cols + i);
-      }
-      const size_t at = buf.size();
-      switch (out) {
-        case ggml_type::F32:
-          buf.resize(at + cols * 4);
-          std::memcpy(buf.data() + at, row.data(), cols * 4);
-          break;
-        case ggml_type::F16:
-        case ggml_type::BF16:
-          buf.resize(at + cols * 2);
-          for (int64_t i = 0; i < cols; ++i) {
-            const uint16_t h = out == ggml_type::F16 ? f32_to_f16(row[i]) : f32_to_bf16(row[i]);
-            std::memcpy(buf.data() + at + 2 * i, &h, 2);
+    const int64_t row_bytes = out == ggml_type::F32                              ? cols * 4
+                              : out == ggml_type::F16 || out == ggml_type::BF16 ? cols * 2
+                                                                                 : cols / 32 * 17;  // MXFP4
+    const size_t base = buf.size();
+    buf.resize(base + size_t(rows * row_bytes));
+    global_pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(cols);
+      std::vector<uint8_t> packed(cols / 2), scales(cols / 32 + 1);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t sr = order.src(r);
+        uint8_t* dst = buf.data() + base + r * row_bytes;
+        if (t.dtype == DType::MXFP4) {
+          const uint8_t* p = static_cast<const uint8_t*>(t.data) + sr * cols / 2;
+          const uint8_t* sc = static_cast<const uint8_t*>(t.scales) + sr * cols / 32;
+          if (out == ggml_type::MXFP4) {
+            ggml::mxfp4_row_to_ggml(p, sc, cols, dst);
+            continue;
           }
-          break;
-        default:  // MXFP4 from float: exactly what `mxserve quantize` computes (ScaleRule::Spec)
-          mxfp4::quantize_row(row.data(), cols, packed.data(), scales.data(), mxfp4::ScaleRule::Spec);
-          buf.resize(at + cols / 32 * 17);
-          ggml::mxfp4_row_to_ggml(packed.data(), scales.data(), cols, buf.data() + at);
+          mxfp4::dequantize_row(p, sc, cols, row.data());
+        } else if (t.dtype == DType::BF16 && out == ggml_type::BF16) {
+          std::memcpy(dst, static_cast<const uint8_t*>(t.data) + sr * cols * 2, size_t(cols * 2));
+          continue;
+        } else {
+          for (int64_t i = 0; i < cols; ++i) row[i] = load_as_f32(t.data, t.dtype, sr * cols + i);
+        }
+        switch (out) {
+          case ggml_type::F32: std::memcpy(dst, row.data(), size_t(cols * 4)); break;
+          case ggml_type::F16:
+          case ggml_type::BF16:
+            for (int64_t i = 0; i < cols; ++i) {
+              const uint16_t h = out == ggml_type::F16 ? f32_to_f16(row[i]) : f32_to_bf16(row[i]);
+              std::memcpy(dst + 2 * i, &h, 2);
+            }
+            break;
+          default:  // MXFP4 from float: exactly what `mxserve quantize` computes (ScaleRule::Spec)
+            mxfp4::quantize_row(row.data(), cols, packed.data(), scales.data(), mxfp4::ScaleRule::Spec);
+            ggml::mxfp4_row_to_ggml(packed.data(), scales.data(), cols, dst);
+        }
       }
-    }
+    });
   }
 }
 

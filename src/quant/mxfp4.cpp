@@ -10,15 +10,15 @@ const float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
 
 uint8_t f32_to_e2m1(float v) {
   const uint8_t sign = std::signbit(v) ? 8 : 0;
-  float a = std::fabs(v);
+  const float a = std::fabs(v);
   if (std::isnan(a)) return sign | 7;  // no NaN in E2M1: saturate (scale carries NaN)
-  // Midpoints between representable magnitudes; ties go to the even code
-  // (codes 0, 2, 4, 6 have an even mantissa bit).
-  static const float mid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  uint8_t code = 0;
-  while (code < 7 && a > mid[code]) ++code;
-  if (code < 7 && a == mid[code] && (code & 1)) ++code;  // exact tie: round to even
-  return sign | code;
+  // Midpoints between representable magnitudes: the code is how many lie below a
+  // (no loop or branch: the quantizer runs this on every weight of a checkpoint),
+  // and an exact tie goes to the even code (codes 0, 2, 4, 6 have an even mantissa bit).
+  // mid[7] is NaN, equal to nothing: code 7 (up to +inf) has no tie above it.
+  static const float mid[8] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, __builtin_nanf("")};
+  const int code = (a > mid[0]) + (a > mid[1]) + (a > mid[2]) + (a > mid[3]) + (a > mid[4]) + (a > mid[5]) + (a > mid[6]);
+  return uint8_t(sign | (code + ((code & 1) & (a == mid[code]))));
 }
 
 namespace {
@@ -32,11 +32,15 @@ int spec_shared_exp(float amax) {
   return e < -127 ? -127 : e;
 }
 
+// 2^e and 2^-e for e in [-127, 127], both exact (2^-127 is a subnormal): x * 2^-e is
+// x / 2^e to the bit, without a division or an ldexp call per block.
+float pow2(int e) { return e8m0_to_f32(uint8_t(e + 127)); }
+
 float block_error(const float* x, int e) {
-  const float s = std::ldexp(1.0f, e);
+  const float s = pow2(e), inv = pow2(-e);
   float err = 0;
   for (int i = 0; i < kBlock; ++i) {
-    float d = kE2M1[f32_to_e2m1(x[i] / s)] * s - x[i];
+    float d = kE2M1[f32_to_e2m1(x[i] * inv)] * s - x[i];
     err += d * d;
   }
   return err;
@@ -47,7 +51,8 @@ uint8_t quantize_block(const float* x, uint8_t* packed, ScaleRule rule) {
   float amax = 0;
   bool finite = true;  // (fmax alone would skip a NaN element)
   for (int i = 0; i < kBlock; ++i) {
-    amax = std::fmax(amax, std::fabs(x[i]));
+    const float a = std::fabs(x[i]);
+    amax = a > amax ? a : amax;  // fmax's result (a NaN is skipped), without its libm call
     finite = finite && std::isfinite(x[i]);
   }
   int e = finite ? spec_shared_exp(amax) : 128;
@@ -65,9 +70,9 @@ uint8_t quantize_block(const float* x, uint8_t* packed, ScaleRule rule) {
     }
     e = best_e;
   }
-  const float s = std::ldexp(1.0f, e);
+  const float inv = pow2(-e);
   for (int i = 0; i < kBlock / 2; ++i)
-    packed[i] = uint8_t(f32_to_e2m1(x[2 * i] / s) | (f32_to_e2m1(x[2 * i + 1] / s) << 4));
+    packed[i] = uint8_t(f32_to_e2m1(x[2 * i] * inv) | (f32_to_e2m1(x[2 * i + 1] * inv) << 4));
   return uint8_t(e + 127);
 }
 

@@ -46,6 +46,62 @@ TEST(Mxfp4, SaturatesBeyondSix) {
   }
 }
 
+// f32_to_e2m1 against the definition (the nearest of the 8 magnitudes, measured in
+// double; a tie to the even code; NaN saturates) on floats of every exponent, both
+// signs, and every float within 64 ulps of each midpoint and representable value.
+TEST(Mxfp4, ElementCodeIsTheNearestValue) {
+  auto nearest = [](float v) {
+    const uint8_t sign = std::signbit(v) ? 8 : 0;
+    if (std::isnan(v)) return uint8_t(sign | 7);
+    const double a = std::fabs(double(v));  // below 6, a - kE2M1[c] is exact in double
+    if (a >= 6) return uint8_t(sign | 7);    // saturating
+    int best = 0;
+    for (int c = 1; c < 8; ++c) {
+      const double d = std::fabs(kE2M1[c] - a), db = std::fabs(kE2M1[best] - a);
+      if (d < db || (d == db && (c & 1) == 0)) best = c;
+    }
+    return uint8_t(sign | best);
+  };
+  std::vector<float> vs;
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 7919) {
+    float f;
+    const uint32_t b = uint32_t(u);
+    std::memcpy(&f, &b, 4);
+    vs.push_back(f);
+  }
+  for (float m : {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f}) {
+    float lo = m, hi = m;
+    for (int k = 0; k < 64; ++k, lo = std::nextafter(lo, -1.0f), hi = std::nextafter(hi, 10.0f)) {
+      vs.push_back(lo), vs.push_back(hi), vs.push_back(-lo), vs.push_back(-hi);
+    }
+  }
+  for (float v : {INFINITY, -INFINITY, NAN, -NAN, 1e-45f, -1e-45f}) vs.push_back(v);
+  int bad = 0;
+  for (float v : vs)
+    if (f32_to_e2m1(v) != nearest(v) && ++bad <= 10) ADD_FAILURE() << "value " << v << " code " << int(f32_to_e2m1(v));
+  EXPECT_EQ(bad, 0) << "of " << vs.size();
+}
+
+// A block's codes are f32_to_e2m1(x / 2^e) for its scale 2^e, at the ends of the
+// scale's range too (2^-127 is a subnormal, 2^127 the largest).
+TEST(Mxfp4, BlockCodesAreTheValuesOverTheScale) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int e : {-149, -140, -130, -126, -125, -100, 0, 60, 120, 125, 126, 127}) {
+    for (ScaleRule rule : {ScaleRule::Spec, ScaleRule::Search}) {
+      float x[32];
+      for (float& v : x) v = std::ldexp(u(rng), e);
+      x[7] = std::ldexp(e < 127 ? 1.5f : 1.0f, e);
+      uint8_t packed[16];
+      const uint8_t s = quantize_block(x, packed, rule);
+      ASSERT_NE(s, 0xFF) << e;
+      const float scale = std::ldexp(1.0f, int(s) - 127);
+      for (int i = 0; i < 32; ++i)
+        EXPECT_EQ((packed[i / 2] >> (i % 2 ? 4 : 0)) & 15, f32_to_e2m1(x[i] / scale)) << "2^" << e << " element " << i;
+    }
+  }
+}
+
 TEST(Mxfp4, ScaleRuleIsFloorLog2AmaxMinus2) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> mant(1.0f, 2.0f);
