@@ -44,18 +44,26 @@ void quantize_fp8(const Tensor& w, OwnedTensor& q, OwnedTensor& scales) {
   q = OwnedTensor::make(DType::F8_E4M3, {rows, cols});
   scales = OwnedTensor::make(DType::F32, {br, bc});
   global_pool().parallel_for(br, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
+    std::vector<float> x;  // a block row's rows as f32, converted once
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t r0 = i * 128, nr = std::min<int64_t>(rows - r0, 128);
+      x.resize(size_t(nr * cols));
+      for (int64_t k = 0; k < nr * cols; ++k) x[size_t(k)] = load_as_f32(w.data, w.dtype, r0 * cols + k);
       for (int64_t j = 0; j < bc; ++j) {
+        const int64_t c0 = j * 128, c1 = std::min(cols, c0 + 128);
         float amax = 0;
-        for (int64_t r = i * 128; r < std::min(rows, i * 128 + 128); ++r)
-          for (int64_t c = j * 128; c < std::min(cols, j * 128 + 128); ++c)
-            amax = std::fmax(amax, std::fabs(load_as_f32(w.data, w.dtype, r * cols + c)));
+        for (int64_t r = 0; r < nr; ++r)
+          for (int64_t c = c0; c < c1; ++c) {
+            const float a = std::fabs(x[size_t(r * cols + c)]);
+            amax = a > amax ? a : amax;  // fmax's result (a NaN is skipped), without its libm call
+          }
         const float s = amax > 0 ? amax / 448.0f : 1.0f;
         scales.t.as<float>()[i * bc + j] = s;
-        for (int64_t r = i * 128; r < std::min(rows, i * 128 + 128); ++r)
-          for (int64_t c = j * 128; c < std::min(cols, j * 128 + 128); ++c)
-            q.t.as<uint8_t>()[r * cols + c] = f32_to_fp8e4m3(load_as_f32(w.data, w.dtype, r * cols + c) / s);
+        for (int64_t r = 0; r < nr; ++r)
+          for (int64_t c = c0; c < c1; ++c)
+            q.t.as<uint8_t>()[(r0 + r) * cols + c] = f32_to_fp8e4m3(x[size_t(r * cols + c)] / s);
       }
+    }
   });
 }
 

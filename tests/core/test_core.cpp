@@ -49,9 +49,20 @@ TEST(DType, Fp8E4m3MatchesExhaustiveNearestEven) {
   };
   for (int c = 0; c < 0x7e; ++c) {  // every value and every midpoint
     const float v = fp8e4m3_to_f32(uint8_t(c)), next = fp8e4m3_to_f32(uint8_t(c + 1));
-    for (float x : {v, (v + next) / 2, -v, -(v + next) / 2, std::nextafter((v + next) / 2, 0.0f)})
+    for (float x : {v, (v + next) / 2, -v, -(v + next) / 2, std::nextafter((v + next) / 2, 0.0f),
+                    std::nextafter((v + next) / 2, 1e9f)})
       EXPECT_EQ(f32_to_fp8e4m3(x), ref(x)) << x;
   }
+  // And floats of every exponent and mantissa pattern, both signs, NaNs included
+  // (the conversion rounds on the f32 bits).
+  int bad = 0;
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 7919) {
+    const uint32_t b = uint32_t(u);
+    float x;
+    std::memcpy(&x, &b, 4);
+    if (f32_to_fp8e4m3(x) != ref(x) && ++bad <= 10) ADD_FAILURE() << "bits " << std::hex << b;
+  }
+  EXPECT_EQ(bad, 0);
   EXPECT_EQ(f32_to_fp8e4m3(1e9f), 0x7e);
   EXPECT_EQ(fp8e4m3_to_f32(0x7e), 448.0f);
   EXPECT_TRUE(std::isnan(fp8e4m3_to_f32(0x7f)));
