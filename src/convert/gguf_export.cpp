@@ -66,9 +66,11 @@ Tensor logical(const TensorStore& s, const std::string& name) {
 void produce(const std::vector<Tensor>& parts, RowOrder order, uint32_t out, std::vector<uint8_t>& buf) {
   for (const Tensor& t : parts) {
     const int64_t cols = t.dim(-1), rows = t.numel() / cols;
-    const int64_t row_bytes = out == ggml_type::F32                              ? cols * 4
-                              : out == ggml_type::F16 || out == ggml_type::BF16 ? cols * 2
-                                                                                 : cols / 32 * 17;  // MXFP4
+    const GgmlTypeInfo* ti = ggml_type_info(out);
+    MX_CHECK(ti && (out == ggml_type::F32 || out == ggml_type::F16 || out == ggml_type::BF16 ||
+                    out == ggml_type::MXFP4) && cols % ti->block_size == 0,
+             "GGUF writer: cannot write rows of {} values as ggml type {}", cols, out);
+    const int64_t row_bytes = cols / ti->block_size * int64_t(ti->type_size);
     const size_t base = buf.size();
     buf.resize(base + size_t(rows * row_bytes));
     global_pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
@@ -100,7 +102,7 @@ void produce(const std::vector<Tensor>& parts, RowOrder order, uint32_t out, std
               std::memcpy(dst + 2 * i, &h, 2);
             }
             break;
-          default:  // MXFP4 from float: exactly what `mxserve quantize` computes (ScaleRule::Spec)
+          default:  // MXFP4 (checked above) from float: exactly what `mxserve quantize` computes (ScaleRule::Spec)
             mxfp4::quantize_row(row.data(), cols, packed.data(), scales.data(), mxfp4::ScaleRule::Spec);
             ggml::mxfp4_row_to_ggml(packed.data(), scales.data(), cols, dst);
         }

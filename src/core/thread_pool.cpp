@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <utility>
 
 #include "core/error.h"
 
@@ -51,7 +52,11 @@ void ThreadPool::worker(int idx) {
     }
     seen = g;
     if (stop_.load()) return;
-    do_range(idx);
+    try {
+      do_range(idx);
+    } catch (...) {  // to the caller of run(), as range 0's would (else std::terminate)
+      if (!job_failed_.exchange(true, std::memory_order_relaxed)) job_error_ = std::current_exception();
+    }
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -67,6 +72,8 @@ void ThreadPool::run(int64_t n, RangeFn fn, int64_t grain) {
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
+  job_failed_.store(false, std::memory_order_relaxed);
+  job_error_ = nullptr;
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
@@ -83,9 +90,15 @@ void ThreadPool::run(int64_t n, RangeFn fn, int64_t grain) {
         else
           std::this_thread::yield();
     }
-  } join{*this};
-  t_in_pool = true;
-  do_range(0);
+  };
+  {
+    Join join{*this};
+    t_in_pool = true;
+    do_range(0);
+  }
+  // A worker's exception (written before its pending_ decrement, which the join
+  // read with acquire): rethrown here. If range 0 threw too, that one propagates.
+  if (job_failed_.load(std::memory_order_relaxed)) std::rethrow_exception(std::exchange(job_error_, nullptr));
 }
 
 void set_global_threads(int n) { g_requested_threads = n; }

@@ -6,6 +6,7 @@
 // so a decode step with hundreds of small loops does not pay a futex wake each time.
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -35,7 +36,9 @@ class ThreadPool {
 
   // Runs fn over [0, n) split into ranges aligned to `grain` elements. Safe to
   // call from several threads (e.g. the engines of in-process DP replicas sharing
-  // the process's pool): the pool has one job slot, so callers take turns.
+  // the process's pool): the pool has one job slot, so callers take turns. An
+  // exception thrown by fn on any range reaches the caller once every range has
+  // ended (the first one thrown; the caller's own range's if it threw).
   void run(int64_t n, RangeFn fn, int64_t grain = 1);
 
   template <typename F>
@@ -56,6 +59,8 @@ class ThreadPool {
   // The job being run; written before generation_ is bumped.
   const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0, job_grain_ = 1;
+  std::atomic<bool> job_failed_{false};  // a worker's range threw: job_error_ holds it
+  std::exception_ptr job_error_;
 };
 
 // The process-wide pool, created on first use. MXSERVE_THREADS overrides its size.

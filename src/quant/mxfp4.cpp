@@ -13,7 +13,7 @@ uint8_t f32_to_e2m1(float v) {
   const float a = std::fabs(v);
   if (std::isnan(a)) return sign | 7;  // no NaN in E2M1: saturate (scale carries NaN)
   // Midpoints between representable magnitudes: the code is how many lie below a
-  // (no loop or branch: the quantizer runs this on every weight of a checkpoint),
+  // (no loop: the quantizer runs this on every weight of a checkpoint),
   // and an exact tie goes to the even code (codes 0, 2, 4, 6 have an even mantissa bit).
   // mid[7] is NaN, equal to nothing: code 7 (up to +inf) has no tie above it.
   static const float mid[8] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, __builtin_nanf("")};

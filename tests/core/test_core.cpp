@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <cmath>
 #include <vector>
@@ -53,8 +55,8 @@ TEST(DType, Fp8E4m3MatchesExhaustiveNearestEven) {
                     std::nextafter((v + next) / 2, 1e9f)})
       EXPECT_EQ(f32_to_fp8e4m3(x), ref(x)) << x;
   }
-  // And floats of every exponent and mantissa pattern, both signs, NaNs included
-  // (the conversion rounds on the f32 bits).
+  // And a 7919-stride sample of all 2^32 bit patterns: every exponent and sign, NaNs
+  // included, with varied mantissas (the conversion rounds on the f32 bits).
   int bad = 0;
   for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 7919) {
     const uint32_t b = uint32_t(u);
@@ -78,6 +80,30 @@ TEST(ThreadPool, CoversEveryIndexOnceForAnySizeAndGrain) {
       }, grain);
       for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << n << " " << grain << " " << i;
     }
+}
+
+// An exception on a worker's range reaches the caller (it used to end the process:
+// the workers had no handler), after every range has ended; the pool stays usable.
+TEST(ThreadPool, AWorkersExceptionReachesTheCaller) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 3; ++round) {
+    std::atomic<int> ran{0};
+    try {
+      pool.parallel_for(300, [&](int64_t b, int64_t e) {
+        ran += int(e - b);
+        if (b > 0) throw std::runtime_error("range at " + std::to_string(b));  // the workers' ranges only
+      });
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_TRUE(std::string(e.what()).starts_with("range at ")) << e.what();
+    }
+    EXPECT_EQ(ran.load(), 300);
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(100, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i;
+    });
+    EXPECT_EQ(sum.load(), 4950);
+  }
 }
 
 // Two callers at once (the engines of in-process DP replicas share the

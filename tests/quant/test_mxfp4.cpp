@@ -53,7 +53,7 @@ TEST(Mxfp4, ElementCodeIsTheNearestValue) {
   auto nearest = [](float v) {
     const uint8_t sign = std::signbit(v) ? 8 : 0;
     if (std::isnan(v)) return uint8_t(sign | 7);
-    const double a = std::fabs(double(v));  // below 6, a - kE2M1[c] is exact in double
+    const double a = std::fabs(double(v));  // a - kE2M1[c] is exact in double from 2^-50 up (ties need a >= 0.25)
     if (a >= 6) return uint8_t(sign | 7);    // saturating
     int best = 0;
     for (int c = 1; c < 8; ++c) {
@@ -83,7 +83,8 @@ TEST(Mxfp4, ElementCodeIsTheNearestValue) {
 }
 
 // A block's codes are f32_to_e2m1(x / 2^e) for its scale 2^e, at the ends of the
-// scale's range too (2^-127 is a subnormal, 2^127 the largest).
+// range too: elements from 2^-149 to 2^127, so scales from 2^-127 (a subnormal,
+// its inverse 2^127) to 2^125, the largest a float block can get.
 TEST(Mxfp4, BlockCodesAreTheValuesOverTheScale) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
