@@ -1,11 +1,12 @@
 #pragma once
 // Shared helpers for the test suite: temp dirs, running the mxserve binary,
-// locating ../shared test data.
+// locating ../shared test data, sampling floats.
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,6 +16,20 @@
 namespace mxtest {
 
 namespace fs = std::filesystem;
+
+// Every stride-th of the 2^32 float bit patterns, from 0: with an odd stride, every
+// exponent and sign, NaNs included, with varied mantissas (for conversions that
+// round on the bits).
+inline std::vector<float> sampled_floats(uint32_t stride) {
+  std::vector<float> v;
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += stride) {
+    const uint32_t b = uint32_t(u);
+    float f;
+    std::memcpy(&f, &b, 4);
+    v.push_back(f);
+  }
+  return v;
+}
 
 inline fs::path source_dir() { return fs::path(MX_SOURCE_DIR); }
 

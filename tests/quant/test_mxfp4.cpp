@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "test_util.h"
+
 namespace {
 
 using namespace mx::mxfp4;
@@ -62,13 +64,7 @@ TEST(Mxfp4, ElementCodeIsTheNearestValue) {
     }
     return uint8_t(sign | best);
   };
-  std::vector<float> vs;
-  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 7919) {
-    float f;
-    const uint32_t b = uint32_t(u);
-    std::memcpy(&f, &b, 4);
-    vs.push_back(f);
-  }
+  std::vector<float> vs = mxtest::sampled_floats(7919);
   for (float m : {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f}) {
     float lo = m, hi = m;
     for (int k = 0; k < 64; ++k, lo = std::nextafter(lo, -1.0f), hi = std::nextafter(hi, 10.0f)) {

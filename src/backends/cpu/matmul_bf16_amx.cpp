@@ -272,9 +272,10 @@ std::string bits(float v) {
 // what differed. 45 x 107 x 37: a partial row block and chunk, a pair of token groups
 // and a partial one alone (the blocks decode runs). Rows 0-31 and the first 35 tokens
 // are N(0, 1)-like (the sums where the order of additions shows); the rest mix in
-// denormal, tiny (products below 2^-126) and huge (sums past 2^127) values. A SIGILL (a CPU or hypervisor that advertises AMX but does not run
-// it) is caught: the handler is the process's for the duration, so this runs once,
-// from the first matmul's kernel set-up, before any tile instruction elsewhere.
+// denormal, tiny (products below 2^-126) and huge (sums past 2^127) values. A SIGILL
+// (a CPU or hypervisor that advertises AMX but does not run it) is caught: the
+// handler is the process's for the duration, so this runs once, from the first
+// matmul's kernel set-up, before any tile instruction elsewhere.
 std::string hardware_matches_emulation() {
   constexpr int64_t kOut = 45, kIn = 107, kN = 37, kPlainRows = 32;
   std::mt19937 rng(2026);
