@@ -14,5 +14,11 @@ skipped=$(sed -n '/The following tests did not run:/,/^$/p' "$log" | grep -E '^[
 n=$(printf '%s' "$skipped" | grep -c . || true)
 echo "skipped tests in $dir: $n"
 [ -n "$skipped" ] && printf '%s\n' "$skipped" | sed 's/^[[:space:]]*/  /'
+# ... and why: the first line of each GoogleTest skip message, from ctest's log.
+if [ -n "$skipped" ] && [ -f "$dir/Testing/Temporary/LastTest.log" ]; then
+  echo "why (the tests' own words):"
+  awk '/^\[ RUN      \]/ { name = $4 } /: Skipped$/ { if ((getline msg) > 0) print "  " name ": " msg }' \
+    "$dir/Testing/Temporary/LastTest.log" | sort -u
+fi
 rm -f "$log"
 exit "$rc"
