@@ -39,8 +39,7 @@ Command add_convert(CLI::App& app) {
             if (mt.tokenizer && mt.tokenizer->model != "llama")
               fail("--tokenizer {}: a '{}' tokenizer; convert writes SentencePiece-style ones from a file "
                    "(byte-level BPE comes from the model's tokenizer.json)", mt.path, mt.tokenizer->model);
-            const ConvertReport r = write_gguf_checkpoint(ck.config, *ck.tensors, ck.hf_dir, *out,
-                                                          gguf_out_type(*type), mt.tokenizer.get());
+            const ConvertReport r = write_gguf_checkpoint(ck, *out, gguf_out_type(*type), mt.tokenizer.get());
             std::fprintf(stderr, "wrote %s: %d tensors (%d MXFP4), %.1f MiB%s\n", out->c_str(), r.tensors, r.mxfp4,
                          r.bytes / 1048576.0, mt.tokenizer ? (", tokenizer " + mt.path).c_str() : "");
             return 0;

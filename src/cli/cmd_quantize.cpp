@@ -2,6 +2,7 @@
 // what it costs.
 #include <cstdio>
 #include <fstream>
+#include <utility>
 
 #include "cli/commands.h"
 #include "models/model.h"
@@ -65,8 +66,9 @@ Command add_quantize(CLI::App& app) {
                          r.quantized, format->c_str(), r.kept, r.bytes_in / 1048576.0, r.bytes_out / 1048576.0);
             if (*measure || !qa->calib.empty()) {
               auto ref = load_model(*in), q = load_model(*out);
+              auto layers = weight_errors(*ref, *q);  // first: it fails at once on models that differ
               QualityReport rep = qa->run(*ref, *q);
-              rep.layers = weight_errors(*ref, *q);
+              rep.layers = std::move(layers);
               std::fprintf(stderr, "%s", rep.to_text().c_str());
               std::ofstream(*out + "/quality.json") << rep.to_json() << "\n";
             }
@@ -89,8 +91,9 @@ Command add_eval(CLI::App& app) {
   s->add_flag("--json", *json_out, "Print JSON");
   return {s, [=] {
             auto r = load_model(*ref), m = load_model(*model);
+            auto layers = weight_errors(*r, *m);  // first: it fails at once on models that differ
             QualityReport rep = qa->run(*r, *m);
-            rep.layers = weight_errors(*r, *m);
+            rep.layers = std::move(layers);
             std::printf("%s\n", *json_out ? rep.to_json().c_str() : rep.to_text().c_str());
             return 0;
           }};

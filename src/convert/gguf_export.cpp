@@ -49,8 +49,13 @@ Tensor logical(const TensorStore& s, const std::string& name) {
   const Tensor& t = s.get(name);
   const std::string scale = name.substr(0, name.size() - 7) + ".weight_scale";
   if (name.ends_with(".weight") && s.contains(scale)) {
+    const Tensor& sc = s.get(scale);
+    MX_CHECK(t.dtype == DType::U8 && t.ndim == 2 && sc.dtype == DType::U8 && sc.ndim == 2 && sc.dim(0) == t.dim(0) &&
+                 t.dim(1) % 16 == 0 && sc.dim(1) == t.dim(1) / 16,
+             "GGUF writer: {} ({} {}) with {} ({} {}) is not an MXFP4 weight (U8 [rows, cols / 2] with U8 scales "
+             "[rows, cols / 32])", name, dtype_name(t.dtype), t.shape_str(), scale, dtype_name(sc.dtype), sc.shape_str());
     Tensor m(DType::MXFP4, {t.dim(0), t.dim(1) * 2}, t.data);
-    m.scales = s.get(scale).data;
+    m.scales = sc.data;
     return m;
   }
   MX_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16,
@@ -279,8 +284,12 @@ void write_spm_tokenizer(GgufWriter& w, const ModelConfig& c, const Tokenizer& t
 
 }  // namespace
 
-ConvertReport write_gguf_checkpoint(const ModelConfig& c, const TensorStore& s, const std::string& hf_dir,
-                                    const std::string& out, GgufOutType type, const Tokenizer* spm) {
+ConvertReport write_gguf_checkpoint(const Checkpoint& ck, const std::string& out, GgufOutType type,
+                                    const Tokenizer* spm) {
+  build_model(ck);  // the checkpoint is complete and every tensor what the model takes (header)
+  const ModelConfig& c = ck.config;
+  const TensorStore& s = *ck.tensors;
+  const std::string& hf_dir = ck.hf_dir;
   GgufWriter w;
   write_metadata(w, c, hf_dir.empty() ? "mxserve" : fs::path(hf_dir).filename().string(), type);
   if (spm) write_spm_tokenizer(w, c, *spm);
@@ -341,6 +350,9 @@ ConvertReport write_gguf_checkpoint(const ModelConfig& c, const TensorStore& s, 
     if (!gname) fail("convert: tensor {} has no GGUF name for {}", name, c.architecture);
     const Tensor t = logical(s, name);
     const int64_t heads = gguf_names::llama_permuted_heads(name, c);
+    MX_CHECK(!heads || RowOrder::llama_permutable(t.dims(), heads),
+             "convert: {} {} does not split into {} heads of an even size (llama.cpp's Q/K row order)", name,
+             t.shape_str(), heads);
     const RowOrder order = heads ? RowOrder::llama_permute(t.dim(0), heads) : RowOrder{};
     add(*gname, {t}, out_type(name, t), order);
   }

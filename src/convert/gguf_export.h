@@ -4,8 +4,7 @@
 // the tokenizer layer because it writes the model's vocabulary too.
 #include <string>
 
-#include "formats/model_config.h"
-#include "formats/tensor_store.h"
+#include "models/model.h"
 
 namespace mx {
 
@@ -21,15 +20,19 @@ struct ConvertReport {
 };
 
 // Writes an HF checkpoint (config + tensors, possibly already MXFP4-quantized)
-// as GGUF for llama.cpp. The tokenizer written: `spm`, a SentencePiece-style
+// as GGUF for llama.cpp. The checkpoint is bound to its model first, as quantize
+// does: the loader proves every tensor consumed or explicitly ignored and every
+// parameter there with the shape and dtype it needs, which the export then relies
+// on (a Q row count, an expert index, an MXFP4 scale's shape); anything else is
+// the loader's error, listing the names. The tokenizer written: `spm`, a SentencePiece-style
 // one (e.g. llama2.c's tok512.bin, for a model that has no tokenizer.json), as
 // tokenizer.ggml.model "llama" with its pieces, scores and token types; else
-// hf_dir's tokenizer.json (byte-level BPE), when present.
+// the checkpoint directory's tokenizer.json (byte-level BPE), when present.
 // F32/F16/BF16: every float tensor of rank >= 2 in that type, 1-D tensors F32
 // (as llama.cpp's convert_hf_to_gguf.py). MXFP4: the Linear layers that
 // `mxserve quantize --format mxfp4` would quantize, bit-identically; other
 // tensors keep their source float type. Already-quantized MXFP4 layers stay MXFP4.
-ConvertReport write_gguf_checkpoint(const ModelConfig& c, const TensorStore& tensors, const std::string& hf_dir,
-                                    const std::string& out, GgufOutType type, const Tokenizer* spm = nullptr);
+ConvertReport write_gguf_checkpoint(const Checkpoint& ck, const std::string& out, GgufOutType type,
+                                    const Tokenizer* spm = nullptr);
 
 }  // namespace mx

@@ -79,18 +79,25 @@ std::vector<LayerError> weight_errors(const Model& ref, const Model& quant) {
   auto* dr = dynamic_cast<const DecoderModel*>(&ref);
   auto* dq = dynamic_cast<const DecoderModel*>(&quant);
   MX_CHECK(dr && dq, "weight errors need decoder models");
-  std::map<std::string, DType> qtype;
+  std::map<std::string, const BoundParam*> qparam;
   for (const auto& b : quant.weight_map())
-    if (!b.linear.empty() && b.params > 0) qtype[b.linear] = b.dtype;
+    if (!b.linear.empty() && b.params > 0) qparam[b.linear] = &b;
   std::vector<LayerError> out;
   for (const auto& b : ref.weight_map()) {
     if (b.linear.empty() || b.params == 0) continue;
-    auto it = qtype.find(b.linear);
-    if (it == qtype.end() || it->second == b.dtype) continue;
+    auto it = qparam.find(b.linear);
+    if (it == qparam.end() || it->second->dtype == b.dtype) continue;
     const Tensor& w = dr->store().get(b.linear + ".weight");
     Tensor q = dq->store().get(b.linear + ".weight");
-    const Tensor* sc = dq->store().find(b.linear + (it->second == DType::MXFP4 ? ".weight_scale" : ".weight_scale_inv"));
-    Tensor logical(it->second, w.dims(), q.data);
+    // The quantized weight is read as one of the reference's shape: the same rows and elements, or
+    // two different models (a quantized copy of another checkpoint).
+    MX_CHECK(it->second->params == b.params && w.ndim == 2 && q.ndim == 2 && q.dim(0) == w.dim(0),
+             "quality: {} is {} ({} parameters) in the reference and {} ({} parameters) in the model compared: "
+             "not a quantized copy of the reference", b.linear, b.shape, b.params, it->second->shape,
+             it->second->params);
+    const Tensor* sc =
+        dq->store().find(b.linear + (it->second->dtype == DType::MXFP4 ? ".weight_scale" : ".weight_scale_inv"));
+    Tensor logical(it->second->dtype, w.dims(), q.data);
     logical.scales = sc ? sc->data : nullptr;
     OwnedTensor d = dequantize_f32(logical);
     double num = 0, den = 0;

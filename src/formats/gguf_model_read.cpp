@@ -1,6 +1,7 @@
 // GGUF file -> ModelConfig + TensorStore with HF names (docs/gguf.md).
 #include <cstring>
 #include <fstream>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -143,6 +144,9 @@ struct Reader {
   void add(const std::string& hf, const uint8_t* data, uint32_t type, std::vector<int64_t> shape) {
     const int64_t cols = shape.back(), rows = shape.size() == 1 ? 1 : shape[0];
     const int64_t heads = gguf_names::llama_permuted_heads(hf, c);  // undo llama.cpp's Q/K permutation
+    if (heads && !RowOrder::llama_permutable(shape, heads))
+      fail("{}: {} has shape {}, whose rows do not split into {} heads of an even size (llama.cpp's Q/K row "
+           "order cannot be undone)", g.path(), hf, fmt::join(shape, "x"), heads);
     const RowOrder order = heads ? RowOrder::llama_unpermute(rows, heads) : RowOrder::identity(rows);
     const GgmlTypeInfo* ti = ggml_type_info(type);
     const uint64_t row_bytes = uint64_t(cols / ti->block_size) * ti->type_size;
@@ -216,8 +220,13 @@ GgufCheckpoint read_gguf_checkpoint(const std::string& path) {
   for (const GgufTensorInfo& ti : g.tensors()) {
     if (ti.name == "rope_freqs.weight") continue;  // llama3 factors; the config carries the exact scaling
     std::vector<int64_t> shape(ti.dims.rbegin(), ti.dims.rend());  // GGUF ne[0] first -> row-major
+    if (shape.empty()) fail("{}: tensor {} has no dimensions", path, ti.name);
     if (auto ex = gguf_names::parse_gguf_experts(ti.name)) {
       if (shape.size() != 3) fail("{}: {} must be 3-D [experts, out, in], is {}", path, ti.name, ti.shape_str());
+      const int64_t n_experts = ck.config.moe.n_routed_experts;
+      if (n_experts < 1) fail("{}: {} is a stack of experts, but the model has no routed experts", path, ti.name);
+      if (shape[0] != n_experts)
+        fail("{}: {} stacks {} experts; the model has {} routed experts", path, ti.name, shape[0], n_experts);
       const uint64_t per = ti.nbytes / uint64_t(shape[0]);
       for (int64_t e = 0; e < shape[0]; ++e)
         rd.add(gguf_names::hf_expert(ex->layer, int(e), ex->proj), ti.data + e * per, ti.type, {shape[1], shape[2]});

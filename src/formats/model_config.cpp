@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -88,12 +89,18 @@ ModelConfig parse_hf_config(const json& j) {
   c.bos_token_id = f.opt_int("bos_token_id", -1);
   if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
     const json& e = j["eos_token_id"];
+    // Read whole, so an id past int is an error (validate) rather than cut down to another token.
+    auto id = [](const json& v) {
+      const int64_t x = v.get<int64_t>();
+      MX_CHECK(x >= 0 && x <= INT32_MAX, "config.json: eos_token_id {} is not a token id", x);
+      return int(x);
+    };
     if (e.is_number_integer()) {
-      c.eos_token_ids.push_back(e.get<int>());
+      c.eos_token_ids.push_back(id(e));
     } else if (e.is_array()) {
       for (const auto& v : e) {
         MX_CHECK(v.is_number_integer(), "config.json: eos_token_id entries must be integers");
-        c.eos_token_ids.push_back(v.get<int>());
+        c.eos_token_ids.push_back(id(v));
       }
     } else {
       fail("config.json: eos_token_id must be an integer or a list of integers");
@@ -232,6 +239,11 @@ void ModelConfig::validate() const {
   at_most(moe.n_routed_experts, 1024, "the number of routed experts");
   at_most(moe.moe_intermediate_size, 1 << 20, "moe_intermediate_size");
   at_most(moe.n_shared_experts, 64, "n_shared_experts");
+  for (int e : eos_token_ids)
+    MX_CHECK(e >= 0 && e < vocab_size, "config: eos_token_id {} is not a token of the {}-token vocabulary", e,
+             vocab_size);
+  MX_CHECK(bos_token_id >= -1 && bos_token_id < vocab_size,
+           "config: bos_token_id {} is not a token of the {}-token vocabulary", bos_token_id, vocab_size);
   MX_CHECK(num_attention_heads % num_key_value_heads == 0,
            "config: num_attention_heads {} is not a multiple of num_key_value_heads {}",
            num_attention_heads, num_key_value_heads);

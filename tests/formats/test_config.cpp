@@ -102,6 +102,19 @@ TEST(Config, RejectsWhatItCannotRunWithoutGuessing) {
   j = llama();
   j["vocab_size"] = -3;
   expect_error(j, "out of range");
+  // Token ids read whole and inside the vocabulary: 2^40 was cut down to token 0 (an EOS at every 0).
+  j = llama();
+  j["eos_token_id"] = int64_t(1) << 40;
+  expect_error(j, "eos_token_id 1099511627776 is not a token id");
+  j = llama();
+  j["eos_token_id"] = {128001, -7};
+  expect_error(j, "eos_token_id -7 is not a token id");
+  j = llama();
+  j["eos_token_id"] = 128256;
+  expect_error(j, "eos_token_id 128256 is not a token of the 128256-token vocabulary");
+  j = llama();
+  j["bos_token_id"] = 200000;
+  expect_error(j, "bos_token_id 200000 is not a token");
 }
 
 // Absurd sizes are refused before anything is sized from them (issue 21,

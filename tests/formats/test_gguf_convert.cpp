@@ -35,7 +35,7 @@ std::string make_model(const mxtest::TempDir& d, const std::string& arch, DType 
 
 std::string convert(const std::string& dir, const std::string& out, GgufOutType t) {
   Checkpoint ck = load_checkpoint(dir);
-  write_gguf_checkpoint(ck.config, *ck.tensors, ck.hf_dir, out, t);
+  write_gguf_checkpoint(ck, out, t);
   return out;
 }
 
@@ -292,20 +292,82 @@ TEST(GgufConvert, CorruptOrUnsupportedFilesAreClearErrors) {
   mxtest::spit(d / "trunc.gguf", data.substr(0, data.size() / 2));
   EXPECT_NE(error_of(d / "trunc.gguf").find("trunc.gguf"), std::string::npos);
   // Unknown architecture / unmapped tensor / missing tensor.
-  auto one_tensor = [&](const std::string& arch, const std::string& tname) {
+  // dims: GGUF order (ne[0] first).
+  auto one_tensor = [&](const std::string& arch, const std::string& tname, std::vector<int64_t> dims = {64}) {
     GgufWriter w;
     w.add_string("general.architecture", arch);
     for (const char* k : {"block_count", "embedding_length", "feed_forward_length"}) w.add_u32(arch + "." + k, 64);
     w.add_u32(arch + ".attention.head_count", 4);
     w.add_tensor("token_embd.weight", ggml_type::F32, {64, 8}, [](std::vector<uint8_t>& b) { b.resize(b.size() + 64 * 8 * 4); });
-    w.add_tensor(tname, ggml_type::F32, {64}, [](std::vector<uint8_t>& b) { b.resize(b.size() + 256); });
-    const std::string p = d / (arch + tname + ".gguf");
+    int64_t n = 1;
+    for (int64_t x : dims) n *= x;
+    w.add_tensor(tname, ggml_type::F32, dims, [n](std::vector<uint8_t>& b) { b.resize(b.size() + n * 4); });
+    const std::string p = d / (arch + tname + std::to_string(dims.size()) + ".gguf");
     w.write(p);
     return error_of(p);
   };
   EXPECT_NE(one_tensor("mamba", "output_norm.weight").find("architecture 'mamba' is not supported"), std::string::npos);
   EXPECT_NE(one_tensor("qwen3", "blk.0.ssm_a").find("blk.0.ssm_a has no mxserve equivalent"), std::string::npos);
   EXPECT_NE(one_tensor("qwen3", "output_norm.weight").find("missing tensors"), std::string::npos);
+  // Shapes the reader would have divided by zero on, indexed past, or dropped (each crashed or
+  // loaded a model without the tensor): a llama Q with fewer rows than heads, or rows that do not
+  // split into heads; a 0-D tensor; an expert stack in a dense model.
+  EXPECT_NE(one_tensor("llama", "blk.0.attn_q.weight", {64, 1}).find("do not split into 4 heads"), std::string::npos);
+  EXPECT_NE(one_tensor("llama", "blk.0.attn_q.weight", {64, 18}).find("do not split into 4 heads"), std::string::npos);
+  EXPECT_NE(one_tensor("llama", "blk.0.attn_q.bias", {64}).find("do not split into 4 heads"), std::string::npos);
+  {
+    // A 0-D tensor, which our writer refuses to write: written 1-D, its n_dims and dim (12 bytes)
+    // replaced by n_dims 0 (4 bytes), and a padding string 8 bytes longer, so every offset holds.
+    GgufWriter w;
+    w.add_string("general.architecture", "qwen3");
+    for (const char* k : {"block_count", "embedding_length", "feed_forward_length"}) w.add_u32(std::string("qwen3.") + k, 64);
+    w.add_u32("qwen3.attention.head_count", 4);
+    w.add_string("mxtest.pad", "");
+    w.add_tensor("token_embd.weight", ggml_type::F32, {64, 8}, [](std::vector<uint8_t>& b) { b.resize(b.size() + 64 * 8 * 4); });
+    w.add_tensor("output_norm.weight", ggml_type::F32, {1}, [](std::vector<uint8_t>& b) { b.resize(b.size() + 4); });
+    w.write(d / "zero_d.gguf");
+    std::string f = mxtest::slurp(d / "zero_d.gguf");
+    const size_t t = f.find("output_norm.weight") + 18, pad = f.find("mxtest.pad") + 10 + 4;
+    ASSERT_EQ(f.substr(t, 12), std::string("\x01\0\0\0\x01\0\0\0\0\0\0\0", 12));
+    f.replace(t, 12, std::string(4, '\0'));
+    f[pad] = 8;
+    f.insert(pad + 8, "12345678");
+    mxtest::spit(d / "zero_d.gguf", f);
+    EXPECT_NE(error_of(d / "zero_d.gguf").find("output_norm.weight has no dimensions"), std::string::npos)
+        << error_of(d / "zero_d.gguf");
+  }
+  EXPECT_NE(one_tensor("qwen3", "blk.0.ffn_gate_exps.weight", {4, 4, 2}).find("the model has no routed experts"),
+            std::string::npos);
+}
+
+// Convert binds the checkpoint first: what the loader refuses is refused, before the export
+// reads a tensor (a one-row Q divided by zero, an expert past the model's crashed or was dropped).
+TEST(GgufConvert, ConvertRefusesWhatTheLoaderRefuses) {
+  mxtest::TempDir d;
+  const std::string src = make_model(d, "qwen3", DType::F32);
+  auto error_of = [&](auto edit) -> std::string {
+    Checkpoint ck = load_checkpoint(src);
+    edit(*ck.tensors);
+    try {
+      write_gguf_checkpoint(ck, d / "x.gguf", GgufOutType::F32);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_of([](TensorStore&) {}), "");
+  const std::string extra = error_of([](TensorStore& s) {
+    s.add_owned("model.layers.0.mlp.experts.5.gate_proj.weight", OwnedTensor::make(DType::F32, {4, 4}), "test");
+  });
+  EXPECT_NE(extra.find("unused tensors"), std::string::npos) << extra;
+  EXPECT_NE(extra.find("model.layers.0.mlp.experts.5.gate_proj.weight"), std::string::npos) << extra;
+  OwnedTensor one_row;
+  const std::string q = error_of([&one_row](TensorStore& s) {
+    const int64_t cols = s.get("model.layers.0.self_attn.q_proj.weight").dim(1);
+    one_row = OwnedTensor::make(DType::F32, {1, cols});
+    s.replace("model.layers.0.self_attn.q_proj.weight", one_row.t, "test");
+  });
+  EXPECT_NE(q.find("model.layers.0.self_attn.q_proj.weight: expected"), std::string::npos) << q;
 }
 
 TEST(GgufConvert, TokenizerWrittenFromTokenizerJsonEncodesTheSame) {

@@ -113,7 +113,7 @@ TEST(Tiny1m, GgufConversionsLoadBackToTheSameModel) {
   const Checkpoint ck = load_checkpoint(tiny1m());
   auto tok = load_model_tokenizer(tiny1m(), tok512()).tokenizer;
   auto convert = [&](GgufOutType t, const std::string& name) {
-    write_gguf_checkpoint(ck.config, *ck.tensors, ck.hf_dir, d / name, t, tok.get());
+    write_gguf_checkpoint(ck, d / name, t, tok.get());
     return d / name;
   };
   auto ref = load_model(tiny1m());

@@ -9,6 +9,7 @@
 #include "formats/safetensors.h"
 #include "models/model.h"
 #include "devtools/synthetic.h"
+#include "convert/quality.h"
 #include "convert/quantizer.h"
 #include "test_util.h"
 
@@ -222,3 +223,26 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& i) {
       return std::string(i.param.arch) + (i.param.method == QuantMethod::Mxfp4 ? "_mxfp4" : "_fp8");
     });
+
+// eval / quantize --measure read the quantized weight as one of the reference's shape: a model that
+// is not a quantized copy of the reference is an error naming the layer (a larger reference read
+// past the model's weights: a segfault).
+TEST(Quantizer, WeightErrorsOfAnotherModelAreAnErrorNamingTheLayer) {
+  Quantized q("qwen3");
+  auto ref = load_model(q.src.path().string()), quant = load_model(q.dst.path().string());
+  EXPECT_FALSE(weight_errors(*ref, *quant).empty());
+  mxtest::TempDir other;
+  SyntheticSpec s;
+  s.arch = "qwen3";
+  s.preset = "small";
+  s.dtype = DType::BF16;
+  write_synthetic_model(other.path().string(), s);
+  auto big = load_model(other.path().string());
+  try {
+    weight_errors(*big, *quant);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a quantized copy of the reference"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.layers.0."), std::string::npos) << e.what();
+  }
+}
