@@ -38,6 +38,8 @@ uint64_t Engine::submit(GenerationRequest req, TokenCallback cb) {
   MX_CHECK(req.max_tokens >= 1, "max_tokens must be at least 1");
   for (int32_t t : req.prompt)
     MX_CHECK(t >= 0 && t < c.vocab_size, "token id {} is outside the vocabulary [0, {})", t, c.vocab_size);
+  for (int32_t t : req.stop_ids)  // one that can never be sampled would be a stop condition silently dropped
+    MX_CHECK(t >= 0 && t < c.vocab_size, "stop token id {} is outside the vocabulary [0, {})", t, c.vocab_size);
   const int64_t total = int64_t(req.prompt.size()) + req.max_tokens;
   if (total > c.max_position_embeddings)
     throw ContextTooLong(fmt::format("prompt ({} tokens) + max_tokens ({}) = {} exceeds the model's context of {} "

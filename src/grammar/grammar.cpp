@@ -9,6 +9,7 @@
 namespace mx::grammar {
 
 uint32_t Grammar::add_rule(std::string name) {
+  MX_CHECK(rules_.size() < kMaxRules, "grammar: more than {} rules: the pattern or schema is too large", kMaxRules);
   rules_.emplace_back();
   names_.push_back(std::move(name));
   return uint32_t(rules_.size() - 1);
@@ -16,6 +17,8 @@ uint32_t Grammar::add_rule(std::string name) {
 
 void Grammar::add_alt(uint32_t rule, const std::vector<Element>& seq) {
   MX_CHECK(rule < rules_.size(), "grammar: no rule {}", rule);
+  MX_CHECK(elems_.size() + seq.size() < kMaxElements,
+           "grammar: more than {} elements: the pattern or schema is too large", kMaxElements);
   rules_[rule].push_back(uint32_t(elems_.size()));
   for (const Element& e : seq) {
     MX_CHECK(e.kind != Element::End, "grammar: End inside an alternative");

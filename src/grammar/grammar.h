@@ -55,6 +55,10 @@ struct Element {
 
 class Grammar {
  public:
+  // At most this many elements and rules (add_alt and add_rule throw past them): a short
+  // pattern can ask for far more, ((a{1000}){1000}){1000} a billion elements, which grew a
+  // server past 15 GB; a real schema or pattern needs thousands.
+  static constexpr size_t kMaxElements = size_t(1) << 20, kMaxRules = size_t(1) << 18;
   // A new rule with no alternatives yet; `name` is for messages and dumps.
   uint32_t add_rule(std::string name);
   // An alternative of `rule`: a sequence of elements (empty: the empty string).
@@ -74,6 +78,7 @@ class Grammar {
   }
   uint32_t root() const { return root_; }
   size_t rule_count() const { return rules_.size(); }
+  size_t element_count() const { return elems_.size(); }
   const std::string& rule_name(uint32_t r) const { return names_[r]; }
 
   // Flat element storage: each alternative is a run of elements ending in End;

@@ -1,5 +1,9 @@
 #include "grammar/regex.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace mx::grammar {
@@ -116,6 +120,10 @@ class Parser {
     nullable_ = nullable_ || lo == 0;
     if (at('?')) ++i_;  // lazy: the same language
     if (at('*') || at('+') || at('{')) bad("a quantifier after a quantifier");
+    // The copies below, before any reaches the grammar's own limit (nested counts multiply).
+    if (x.size() * size_t(std::max(lo, hi)) >= Grammar::kMaxElements)
+      bad(fmt::format("pattern too large: a count repeats {} grammar elements {} times (a grammar holds at most {})",
+                      x.size(), std::max(lo, hi), Grammar::kMaxElements));
     Seq out;
     for (int k = 0; k < lo; ++k) out.insert(out.end(), x.begin(), x.end());
     if (hi < 0) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "server/openai_api.h"
 #include "server/structured_output.h"
 
@@ -112,6 +113,8 @@ ojson tool_messages(const nlohmann::json& messages, ToolFormat format) {
       if (!f.contains("arguments") || f["arguments"].is_null()) f["arguments"] = ojson::object();
       ojson& a = f["arguments"];
       if (a.is_string()) {
+        MX_CHECK(json_depth_at_most(a.get_ref<const std::string&>()),
+                 "{}[{}].function.arguments nests more than {} deep", at, k, kMaxJsonDepth);
         ojson parsed = ojson::parse(a.get<std::string>(), nullptr, false);
         MX_CHECK(!parsed.is_discarded() && parsed.is_object(), "{}[{}].function.arguments is not a JSON object", at,
                  k);

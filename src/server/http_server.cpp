@@ -164,6 +164,7 @@ struct HttpServer::Impl {
     if (ctx.chat_template) ctx.tool_format = detect_tool_format(ctx.chat_template->tmpl.source());
     if (tok) tool_marker_ids = StructuredOutputs::marker_ids(*tok, tool_markers(ctx.tool_format));
     ctx.context_length = int(c.max_position_embeddings);
+    ctx.vocab_size = int(c.vocab_size);
     ctx.limits = opts.limits;
     ctx.kv_capacity = int(std::min<int64_t>(int64_t(engine.metrics().kv_blocks_total) * opts.kv_block_size,
                                             std::numeric_limits<int>::max()));

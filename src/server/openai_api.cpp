@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "tokenizer/tokenizer.h"
 #include "server/chat_prompt.h"
 #include "server/chat_tools.h"
@@ -42,6 +43,8 @@ json error_body(const ApiError& e) { return error_body(e.what(), e.type, e.param
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json parse_body(const std::string& body) {
+  if (!json_depth_at_most(body))
+    throw ApiError(400, fmt::format("the request body nests arrays and objects more than {} deep", kMaxJsonDepth));
   json j;
   try {
     j = json::parse(body);
@@ -274,6 +277,9 @@ void parse_common(const json& b, const ApiContext& ctx, ApiRequest& r) {
     for (const auto& x : st) {
       if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > std::numeric_limits<int32_t>::max())
         throw ApiError(400, "'stop_token_ids' must be an array of token ids", "stop_token_ids");
+      if (ctx.vocab_size > 0 && x.get<int64_t>() >= ctx.vocab_size)
+        throw ApiError(400, fmt::format("stop token id {} is outside the vocabulary [0, {})", x.get<int64_t>(),
+                                        ctx.vocab_size), "stop_token_ids");
       r.stop_token_ids.push_back(int32_t(x.get<int64_t>()));
     }
   }
@@ -447,14 +453,13 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx, const nlohma
     if (ctx.tokenizer->eos_id >= 0) o.eos_token = ctx.tokenizer->token_text(ctx.tokenizer->eos_id);
     text = render_chat(b["messages"], o);  // validates the messages; the fallback format
     // The model's own chat template (tokenizer_config.json), when it has one.
+    // chat_template_kwargs (vLLM / sglang): extra template variables, e.g. {"enable_thinking": false};
+    // checked with or without a template to take them.
+    if (has(b, "chat_template_kwargs") && !b["chat_template_kwargs"].is_object())
+      throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
     if (ctx.chat_template) {
-      // chat_template_kwargs (vLLM / sglang): extra template variables, e.g. {"enable_thinking": false}.
       nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-      if (has(b, "chat_template_kwargs")) {
-        if (!b["chat_template_kwargs"].is_object())
-          throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
-        extra = nlohmann::ordered_json(b["chat_template_kwargs"]);
-      }
+      if (has(b, "chat_template_kwargs")) extra = nlohmann::ordered_json(b["chat_template_kwargs"]);
       nlohmann::ordered_json messages = tool_messages(b["messages"], ctx.tool_format);
       if (use_tools) {
         if (ctx.chat_template->tmpl.uses_variable("tools"))

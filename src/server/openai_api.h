@@ -81,6 +81,7 @@ struct ApiContext {
   const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
   std::string served_model_name;
   int context_length = 0;  // the model's max positions
+  int vocab_size = 0;      // the model's vocabulary (0: unknown); token ids past it are refused
   std::string model_dir;   // passed to render_chat (ChatTemplateOptions::model_dir)
   // The model's chat template, loaded once when the server starts (null: none;
   // render_chat's fallback format then).

@@ -12,7 +12,9 @@ namespace mx::server {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-constexpr size_t kMaxCachedGrammars = 64;
+// The compiled grammars kept: at most this many, holding at most this many elements together
+// (one grammar may hold up to Grammar::kMaxElements, ~16 MB; 64 of those were a gigabyte).
+constexpr size_t kMaxCachedGrammars = 64, kMaxCachedElements = size_t(4) << 20;
 
 class GrammarConstraint final : public TokenConstraint {
  public:
@@ -76,13 +78,28 @@ std::vector<int32_t> StructuredOutputs::marker_ids(const Tokenizer& tok, const s
 std::shared_ptr<grammar::GrammarMasks> StructuredOutputs::cached(const std::string& key,
                                                                  const std::function<grammar::Grammar()>& build,
                                                                  const std::vector<std::string>& markers) {
+  std::shared_ptr<const grammar::VocabTrie> trie;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    std::shared_ptr<const grammar::VocabTrie>& t = tries_[markers];
+    if (!t) t = std::make_shared<const grammar::VocabTrie>(vocab_pieces(tok_, vocab_, markers));
+    trie = t;
+  }
+  // Compiled outside the lock: one large pattern takes a while, and held the lock through it
+  // every other structured request waited on it.
+  auto masks = std::make_shared<grammar::GrammarMasks>(build(), trie);
   std::lock_guard<std::mutex> lk(mu_);
-  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  grammar::Grammar g = build();
-  std::shared_ptr<const grammar::VocabTrie>& trie = tries_[markers];
-  if (!trie) trie = std::make_shared<const grammar::VocabTrie>(vocab_pieces(tok_, vocab_, markers));
-  auto masks = std::make_shared<grammar::GrammarMasks>(std::move(g), trie);
-  if (cache_.size() >= kMaxCachedGrammars) cache_.erase(cache_.begin());
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;  // compiled meanwhile
+  const size_t elements = masks->grammar().element_count();
+  if (elements > kMaxCachedElements / 4) return masks;  // not kept: it would crowd out the rest
+  auto held = [&] {
+    size_t n = 0;
+    for (const auto& [k, m] : cache_) n += m->grammar().element_count();
+    return n;
+  };
+  while (!cache_.empty() && (cache_.size() >= kMaxCachedGrammars || held() + elements > kMaxCachedElements))
+    cache_.erase(cache_.begin());
   cache_[key] = masks;
   return masks;
 }

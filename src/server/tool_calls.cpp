@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "grammar/json_schema.h"
 
 namespace mx::server {
@@ -29,10 +30,16 @@ std::string_view trim(std::string_view s) {
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
+// JSON in the model's output, or discarded where it is not JSON or nests deeper than
+// kMaxJsonDepth (a value that deep is not a tool call, and copying it would overflow the stack).
+ojson parse_json(std::string_view text) {
+  return json_depth_at_most(text) ? ojson::parse(text, nullptr, false) : ojson(ojson::value_t::discarded);
+}
+
 // An arguments value -> the JSON text of an object; false when it is not one.
 bool arguments_text(const ojson& a, std::string& out) {
   if (a.is_string()) {  // some models write the arguments as a JSON string
-    const ojson inner = ojson::parse(a.get<std::string>(), nullptr, false);
+    const ojson inner = parse_json(a.get<std::string>());
     if (inner.is_discarded() || !inner.is_object()) return false;
     out = inner.dump();
     return true;
@@ -44,7 +51,7 @@ bool arguments_text(const ojson& a, std::string& out) {
 
 // {"name": ..., "arguments" | "parameters": {...}} -> a call.
 bool json_call(std::string_view text, std::vector<ToolCall>& calls) {
-  const ojson j = ojson::parse(trim(text), nullptr, false);
+  const ojson j = parse_json(trim(text));
   if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
   ToolCall c;
   c.name = j["name"].get<std::string>();
@@ -90,7 +97,7 @@ bool glm_call(const ToolRequest& req, std::string_view block, std::vector<ToolCa
     if (property_type(f, key) == "string") {
       args[key] = raw;
     } else {
-      const ojson v = ojson::parse(raw, nullptr, false);
+      const ojson v = parse_json(raw);
       args[key] = v.is_discarded() ? ojson(raw) : v;
     }
     p = block.find(kArgKey, v1);
@@ -144,7 +151,7 @@ bool deepseek_calls(std::string_view block, bool terminated, std::vector<ToolCal
     }
     ToolCall c;
     c.name = std::string(trim(name));
-    const ojson a = ojson::parse(trim(args), nullptr, false);
+    const ojson a = parse_json(trim(args));
     if (c.name.empty() || a.is_discarded() || !arguments_text(a, c.arguments)) return partial(item_at);
     found.push_back(std::move(c));
     p = e == block.size() ? e : e + kDsCallEnd.size();

@@ -115,6 +115,11 @@ TEST(Regex, UnsupportedSyntaxIsAnErrorNamingIt) {
   EXPECT_NE(error_of("a**").find("quantifier"), std::string::npos);
   EXPECT_NE(error_of("(a*)*b").find("can match nothing"), std::string::npos);
   EXPECT_NE(error_of("(a|)+").find("can match nothing"), std::string::npos);
+  // Nested counts multiply: ((a{1000}){1000}){1000} asked for a billion elements (a server grew
+  // past 15 GB compiling it); refused once a count's copies pass Grammar::kMaxElements.
+  EXPECT_NE(error_of("((a{1000}){1000}){1000}").find("pattern too large"), std::string::npos);
+  EXPECT_NE(error_of("((a{300}){300}){300}").find("pattern too large"), std::string::npos);
+  EXPECT_EQ(error_of("(a{100}){1000}"), "");
 }
 
 TEST(Regex, JsonSchemaPatternSearchesInsideAJsonString) {

@@ -92,6 +92,41 @@ TEST(Hardening, EveryRequestLimitIsAClear400) {
   EXPECT_EQ(three.j["choices"].size(), 3u);
 }
 
+// Found by a probe of the server (each crashed it, or held gigabytes): a body nested 100,000 deep
+// (a segfault copying it), a regex whose nested counts ask for a billion grammar elements, a stop
+// id past the vocabulary (accepted, never matched), chat_template_kwargs that is not an object
+// (checked only where a template takes it).
+TEST(Hardening, ProbedBadInputIsAClear400) {
+  TestServer::Options o = stories_opts(2);
+  o.tokenizer = (stories260k() / "tok512.bin").string();
+  TestServer srv(stories_bin(), o);
+  const int p = srv.port();
+  const std::string deep = R"({"prompt":[1],"max_tokens":2,"tools":)" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}";
+  expect_error(http_request(p, "POST", "/v1/completions", deep), 400, "more than 512 deep");
+  auto expect_param = [&](const std::string& path, const json& body, const std::string& param,
+                          const std::string& fragment) {
+    const HttpResult r = post(p, path, body);
+    expect_error(r, 400, fragment);
+    EXPECT_EQ(r.j["error"]["param"], param) << r.body;
+  };
+  const json hi = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}};
+  json b = hi;
+  b["regex"] = "((a{1000}){1000}){1000}";
+  expect_param("/v1/chat/completions", b, "regex", "pattern too large");
+  b = greedy(0, 4, 2);
+  b["stop_token_ids"] = {5, 512};
+  expect_param("/v1/completions", b, "stop_token_ids", "outside the vocabulary [0, 512)");
+  b = hi;
+  b["chat_template_kwargs"] = 5;
+  expect_param("/v1/chat/completions", b, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+  b = hi;
+  b["regex"] = "(ab|cd){3}";
+  const HttpResult ok = post(p, "/v1/chat/completions", b);  // still serving, structured output too
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(ok.j["choices"][0]["message"]["content"].get<std::string>().size(), 2u);
+}
+
 TEST(Hardening, FloodGets429sAndEveryAcceptedRequestItsOwnTokens) {
   TestServer::Options o = stories_opts(4);
   o.engine.max_queue = 4;

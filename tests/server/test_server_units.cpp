@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "server/chat_prompt.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
@@ -189,6 +190,30 @@ TEST(OpenAiApi, ParsesPromptsAndSampling) {
   EXPECT_THROW(parse_body("[1]"), ApiError);
   // A number too large for a double is a 400 too (found by fuzz/openai_request: it escaped as a 500).
   EXPECT_THROW(parse_body(R"({"max_tokens": 4e443})"), ApiError);
+  // Nested deeper than kMaxJsonDepth: a 400 before parsing (copying or dumping 100,000 levels
+  // overflowed a server thread's stack). Brackets inside strings do not count.
+  auto nested = [](int depth) { return R"({"prompt":[1],"x":)" + std::string(depth, '[') + std::string(depth, ']') + "}"; };
+  EXPECT_NO_THROW(parse_body(nested(mx::kMaxJsonDepth - 1)));
+  try {
+    parse_body(nested(100000));
+    ADD_FAILURE() << "accepted 100000 levels";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("more than 512 deep"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(parse_body(R"({"prompt":")" + std::string(100000, '[') + R"(\"{"})"));
+  EXPECT_TRUE(mx::json_depth_at_most(R"({"a":"\"[[[", "b":[[1]]})", 3));
+  EXPECT_FALSE(mx::json_depth_at_most(R"({"a":"\"[[[", "b":[[[1]]]})", 3));
+  // Stop ids past the model's vocabulary could never be sampled: refused, not ignored.
+  ApiContext v = ctx;
+  v.vocab_size = 100;
+  EXPECT_NO_THROW(parse_completion_request(json::parse(R"({"prompt":[1],"stop_token_ids":[99]})"), v));
+  try {
+    parse_completion_request(json::parse(R"({"prompt":[1],"stop_token_ids":[100]})"), v);
+    ADD_FAILURE() << "accepted a stop id past the vocabulary";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "stop_token_ids");
+  }
   json eb = error_body(ApiError(400, "bad", "x"));
   EXPECT_EQ(eb["error"]["message"], "bad");
   EXPECT_EQ(eb["error"]["type"], "invalid_request_error");
