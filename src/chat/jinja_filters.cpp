@@ -49,7 +49,9 @@ Value f_tojson(Renderer& r, const Value& v, Args& a, size_t pos) {
   ar.check();
   JsonOpts o;
   o.ensure_ascii = ar.flag(0, false);
-  o.indent = int(ar.integer(1, -1));
+  const int64_t indent = ar.integer(1, -1);
+  if (indent > 1000) r.fail(pos, fmt::format("tojson(): indent {} is over 1000", indent));
+  o.indent = int(indent);
   if (o.indent >= 0) o.item_sep = ",";
   if (const Value* s = ar.get(2); s && s->k != Value::None) {
     if (s->k != Value::Seq || s->l->size() != 2 || (*s->l)[0].k != Value::Str || (*s->l)[1].k != Value::Str)
@@ -242,7 +244,9 @@ Value f_int(Renderer& r, const Value& v, Args& a, size_t pos) {
   ar.check();
   int64_t def = ar.integer(0, 0);
   if (v.integral()) return Value::integer(v.as_int());
-  if (v.k == Value::Float) return Value::integer(std::isfinite(v.f) ? int64_t(v.f) : def);
+  // Outside int64 (1e300): the default, as for inf and NaN (the cast would be undefined).
+  if (v.k == Value::Float)
+    return Value::integer(std::isfinite(v.f) && std::fabs(v.f) < 0x1p63 ? int64_t(v.f) : def);
   if (v.k == Value::Str) {
     std::string s = py_strip(v.s, nullptr, true, true);
     int64_t x;
@@ -311,7 +315,11 @@ Value f_indent(Renderer& r, const Value& v, Args& a, size_t pos) {
   ar.check();
   std::string pad;
   if (const Value* w = ar.get(0); w && w->k == Value::Str) pad = w->s;
-  else pad = std::string(size_t(std::clamp<int64_t>(ar.integer(0, 4), 0, 1000)), ' ');
+  else {
+    const int64_t width = ar.integer(0, 4);
+    if (width > 1000) r.fail(pos, fmt::format("indent(): width {} is over 1000", width));
+    pad = std::string(size_t(std::max<int64_t>(width, 0)), ' ');
+  }
   bool first = ar.flag(1, false), blank = ar.flag(2, false);
   std::string s = to_str(v), out;
   std::vector<std::string> lines;

@@ -74,6 +74,20 @@ struct Parser {
     }
     ~DepthGuard() { --p.depth; }
   };
+  // A chain `a + b + c`, `x|f|g`, `m[0][1]`, `a if b if c` builds one node per link, each
+  // holding the one before: the tree is as deep as the chain is long, and rendering recurses
+  // that deep (30,000 links of '+' overflowed the stack). Each link counts as a level of
+  // nesting until the chain ends.
+  struct ChainGuard {
+    Parser& p;
+    int links = 0;
+    explicit ChainGuard(Parser& pp) : p(pp) {}
+    void link() {
+      ++links;
+      if (++p.depth > kMaxParseDepth) p.error("the template nests too deeply (a chain of operators, filters or subscripts)");
+    }
+    ~ChainGuard() { p.depth -= links; }
+  };
 
   template <class N>
   std::unique_ptr<N> node(size_t pos) {
@@ -87,8 +101,10 @@ struct Parser {
 
   ExprP condexpr() {
     DepthGuard g(*this);
+    ChainGuard chain(*this);
     ExprP e = or_expr();
     while (name("if")) {
+      chain.link();
       size_t p = cur().pos;
       ++i;
       auto c = node<CondExpr>(p);
@@ -145,12 +161,14 @@ struct Parser {
   // A left-associative chain `next (op next)*`; the operators are Op tokens, or
   // Name tokens for the keywords `and` / `or`.
   ExprP binop_chain(ExprP (Parser::*next)(), std::initializer_list<const char*> ops, T kind = T::Op) {
+    ChainGuard chain(*this);
     ExprP l = (this->*next)();
     while (true) {
       const char* found = nullptr;
       for (const char* o : ops)
         if (cur().t == kind && cur().s == o) found = o;
       if (!found) return l;
+      chain.link();
       auto b = node<BinaryExpr>(cur().pos);
       ++i;
       b->op = found;
@@ -273,7 +291,9 @@ struct Parser {
     unexpected("an expression");
   }
   ExprP postfix(ExprP e) {
+    ChainGuard chain(*this);
     while (true) {
+      if (op(".") || op("[") || op("(")) chain.link();
       if (op(".")) {
         size_t p = cur().pos;
         ++i;
@@ -362,7 +382,9 @@ struct Parser {
     return n;
   }
   ExprP filters(ExprP e) {
+    ChainGuard chain(*this);
     while (true) {
+      if (op("|") || name("is")) chain.link();
       if (op("|")) {
         ++i;
         size_t p = cur().pos;

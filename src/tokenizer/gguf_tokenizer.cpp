@@ -77,12 +77,12 @@ std::unique_ptr<Tokenizer> load_tokenizer_gguf(const GgufFile& g) {
     v.text[i] = texts[i].empty() ? fmt::format("[EMPTY_{}]", i) : std::string(texts[i]);
   if (g.has("tokenizer.ggml.scores")) {
     std::vector<float> sc = g.get_f32_array("tokenizer.ggml.scores");
-    if (sc.size() < n) fail("{}: tokenizer.ggml.scores has {} entries for {} tokens", path, sc.size(), n);
+    if (sc.size() != n) fail("{}: tokenizer.ggml.scores has {} entries for {} tokens", path, sc.size(), n);
     std::copy(sc.begin(), sc.begin() + long(n), v.score.begin());
   }
   if (g.has("tokenizer.ggml.token_type")) {
     std::vector<int32_t> ty = g.get_i32_array("tokenizer.ggml.token_type");
-    if (ty.size() < n) fail("{}: tokenizer.ggml.token_type has {} entries for {} tokens", path, ty.size(), n);
+    if (ty.size() != n) fail("{}: tokenizer.ggml.token_type has {} entries for {} tokens", path, ty.size(), n);
     for (size_t i = 0; i < n; ++i)
       v.type[i] = (ty[i] >= 0 && ty[i] <= 6) ? TokenType(ty[i]) : TokenType::Undefined;
   }

@@ -4,10 +4,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/json_fields.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/pretokenize.h"
@@ -22,11 +24,18 @@ using namespace tokenizer_impl;
 
 namespace {
 
+// A tokenizer.json nests a few levels; the pre_tokenizer, decoder and post_processor
+// Sequences are read recursively, and 100,000 nested ones overflowed the stack.
+constexpr int kMaxTokenizerJsonDepth = 64;
+
 json read_json(const fs::path& p) {
-  std::ifstream in(p);
+  std::ifstream in(p, std::ios::binary);
   if (!in) fail("cannot open {}", p.string());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!json_depth_at_most(text, kMaxTokenizerJsonDepth))
+    fail("{}: nests arrays and objects more than {} deep", p.string(), kMaxTokenizerJsonDepth);
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     fail("{}: not valid JSON: {}", p.string(), e.what());
   }
@@ -131,6 +140,8 @@ std::unique_ptr<Tokenizer> parse_tokenizer_hf(const json& j, const json& cfg, co
     bool special, lstrip, rstrip;
   };
   std::vector<Added> added;
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null() && !j["added_tokens"].is_array())
+    fail("{}: added_tokens is not an array", where);
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const auto& a : j["added_tokens"]) {
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
@@ -157,13 +168,17 @@ std::unique_ptr<Tokenizer> parse_tokenizer_hf(const json& j, const json& cfg, co
   Vocab& v = tok->v_;
   v.resize(size_t(max_id + 1));
   std::vector<bool> present(v.size(), false);
+  // One text per id: a second would replace the first silently (its text then never encodes).
   for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
     size_t id = size_t(it->get<int64_t>());
+    if (present[id]) fail("{}: vocab entries '{}' and '{}' share id {}", where, v.text[id], it.key(), id);
     v.text[id] = it.key();
     present[id] = true;
   }
   for (const auto& a : added) {
     size_t id = size_t(a.id);
+    if (present[id] && v.text[id] != a.content)
+      fail("{}: added token '{}' has id {}, which is '{}'", where, a.content, id, v.text[id]);
     v.text[id] = a.content;
     v.type[id] = a.special ? TokenType::Control : TokenType::UserDefined;
     v.strip[id] = uint8_t((a.lstrip ? kLstrip : 0) | (a.rstrip ? kRstrip : 0));
@@ -207,6 +222,14 @@ std::unique_ptr<Tokenizer> parse_tokenizer_hf(const json& j, const json& cfg, co
   parse_pre(top.opt_any("pre_tokenizer"), where, o.steps, byte_level, o.prefix_space);
   if (!byte_level) fail("{}: pre_tokenizer has no ByteLevel step: only byte-level BPE is supported", where);
   check_decoder(top.opt_any("decoder"), where);
+  // Byte-level BPE spells any text with the 256 byte tokens: a text with a byte the vocabulary
+  // lacks would lose it silently (llama.cpp drops it too).
+  std::vector<int> missing;
+  for (int b = 0; b < 256; ++b)
+    if (v.find(byte_table().enc[size_t(b)]) < 0) missing.push_back(b);
+  if (!missing.empty())
+    fail("{}: the vocabulary lacks {} of the 256 byte-level tokens (bytes {:#04x}{}): text with those bytes could "
+         "not be encoded", where, missing.size(), missing[0], missing.size() > 1 ? ", ..." : "");
 
   std::string pre = "hf";
   for (PreSplit s : o.steps) {

@@ -24,6 +24,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& p) {
   }
   if (looks_like_llama2c_tokenizer(p)) return load_tokenizer_llama2c(p);
   if (fs::path(p).extension() == ".json") return load_tokenizer_hf(p);
+  if (fs::path(p).extension() == ".bin") return load_tokenizer_llama2c(p);  // fails saying why it is not one
   fail("--tokenizer {}: neither a tokenizer.json, a GGUF nor a llama2.c tokenizer file", p);
 }
 
@@ -55,10 +56,16 @@ ModelTokenizer load_model_tokenizer(const std::string& model, const std::string&
 }
 
 void ModelTokenizer::check_fits(int model_vocab_size) const {
-  if (tokenizer)
-    MX_CHECK(tokenizer->vocab_size <= size_t(model_vocab_size),
-             "the tokenizer {} ({} tokens) does not fit the model's vocabulary of {}", path, tokenizer->vocab_size,
-             model_vocab_size);
+  if (!tokenizer) return;
+  MX_CHECK(tokenizer->vocab_size <= size_t(model_vocab_size),
+           "the tokenizer {} ({} tokens) does not fit the model's vocabulary of {}", path, tokenizer->vocab_size,
+           model_vocab_size);
+  // A llama2.c tokenizer file stores no token count: cut after a whole token it still parses,
+  // and only the count tells (300 of 512 tokens loaded and garbled every prompt).
+  if (!is_gguf_file(path) && looks_like_llama2c_tokenizer(path))
+    MX_CHECK(tokenizer->vocab_size == size_t(model_vocab_size),
+             "the llama2.c tokenizer {} holds {} tokens, the model's vocabulary {} (a truncated file?)", path,
+             tokenizer->vocab_size, model_vocab_size);
 }
 
 }  // namespace mx

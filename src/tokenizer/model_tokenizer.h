@@ -20,7 +20,8 @@ struct ModelTokenizer {
   std::unique_ptr<Tokenizer> tokenizer;  // null: none found
   std::string path;                      // the file it came from
 
-  // An mx::Error when the tokenizer has more ids than the model (fewer is padding).
+  // An mx::Error when the tokenizer has more ids than the model (fewer is padding), or, read
+  // from a llama2.c tokenizer file (which stores no count), not exactly as many.
   void check_fits(int model_vocab_size) const;
 };
 

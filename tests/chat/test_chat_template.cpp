@@ -377,6 +377,17 @@ TEST(ChatTemplate, SyntaxErrorsNameThePosition) {
   EXPECT_TRUE(has(e, "unexpected character '?'")) << e;
   e = error_of("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}");
   EXPECT_TRUE(has(e, "nests too deeply")) << e;
+  // Chains build a node per link, each holding the one before: 30,000 links of '+' parsed, then
+  // overflowed the stack rendering (a server's every chat request). Each link counts as nesting.
+  std::string plus = "1", filters = "'a'", subscripts = "messages";
+  for (int k = 0; k < 30000; ++k) plus += "+1", filters += "|upper", subscripts += "[0]";
+  for (const std::string& chain : {plus, filters, subscripts}) {
+    e = error_of("{{ " + chain + " }}");
+    EXPECT_TRUE(has(e, "nests too deeply")) << e.substr(0, 200);
+  }
+  std::string short_plus = "1";
+  for (int k = 0; k < 150; ++k) short_plus += "+1";
+  EXPECT_EQ(error_of("{{ " + short_plus + " }}"), "");
 }
 
 TEST(ChatTemplate, RenderErrorsNameThePosition) {
@@ -397,6 +408,24 @@ TEST(ChatTemplate, RenderErrorsNameThePosition) {
   EXPECT_TRUE(has(e, "nest too deeply")) << e;
   e = error_of("{% for i in range(100000000) %}{% endfor %}");
   EXPECT_TRUE(has(e, "range() is too long")) << e;
+  // Sizes held to the output's limit where they are built (each ran to bad_alloc, a 500): a count
+  // whose product with the unit wrapped to 0 (2^62 x 4), doubling a string or list 40 times.
+  e = error_of("{{ 'xxxx' * 4611686018427387904 }}");
+  EXPECT_TRUE(has(e, "repetition result is too large")) << e;
+  e = error_of("{{ ([1, 2, 3, 4] * 4611686018427387904)|length }}");
+  EXPECT_TRUE(has(e, "repetition result is too large")) << e;
+  for (const char* op : {"+", "~"}) {
+    e = error_of(std::string("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ") + op +
+                 " ns.s %}{% endfor %}{{ ns.s|length }}");
+    EXPECT_TRUE(has(e, "larger than the output's limit of 64 MiB")) << e;
+  }
+  e = error_of("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}");
+  EXPECT_TRUE(has(e, "larger than the output's limit of 64 MiB")) << e;
+  e = error_of("{{ [[1]]|tojson(indent=1000000000) }}");
+  EXPECT_TRUE(has(e, "indent 1000000000 is over 1000")) << e;
+  e = error_of("{{ 'a'|indent(1000000000000) }}");
+  EXPECT_TRUE(has(e, "width 1000000000000 is over 1000")) << e;
+  EXPECT_EQ(ChatTemplate::parse("{{ 1e300|int }},{{ (-1e300)|int(7) }}").render(ojson::object()), "0,7");
 }
 
 // ---- model directories ----

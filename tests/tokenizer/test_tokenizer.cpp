@@ -8,8 +8,11 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/gguf_writer.h"
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
 #include "core/unicode.h"
 #include "test_util.h"
 
@@ -150,6 +153,8 @@ json tiny_hf(const json& pre_tokenizer) {
   json j = {{"added_tokens", json::array()}, {"normalizer", nullptr}, {"pre_tokenizer", pre_tokenizer},
             {"post_processor", nullptr}, {"decoder", {{"type", "ByteLevel"}}}};
   j["model"] = {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", {"a b"}}};
+  for (const std::string& c : tokenizer_impl::byte_table().enc)  // every byte-level token, from id 3
+    if (!j["model"]["vocab"].contains(c)) j["model"]["vocab"][c] = int(j["model"]["vocab"].size());
   return j;
 }
 
@@ -386,7 +391,21 @@ TEST(Tokenizer, HfUnsupportedConfigsAreNamed) {
   auto tiny = load_json(d, tiny_hf({{"type", "ByteLevel"}, {"use_regex", false}}));
   EXPECT_EQ(tiny->encode("ab", false), (std::vector<int32_t>{2}));
   EXPECT_EQ(tiny->encode("ba", false), (std::vector<int32_t>{1, 0}));
-  EXPECT_TRUE(tiny->encode("c", false).empty());  // no token for it: dropped, as llama.cpp does
+  EXPECT_EQ(tiny->encode("c", false), (std::vector<int32_t>{*tiny->find_token("c")}));
+  // A byte-level vocabulary without a byte's token would drop that byte from any text (llama.cpp
+  // does); so would two texts given one id, or an added token given a vocab entry's id.
+  json no_c = tiny_hf({{"type", "ByteLevel"}, {"use_regex", false}});
+  no_c["model"]["vocab"].erase("c");
+  expect_hf_error(no_c, {"lacks 1 of the 256 byte-level tokens (bytes 0x63)"});
+  json dup = tiny_hf({{"type", "ByteLevel"}, {"use_regex", false}});
+  dup["model"]["vocab"]["abab"] = 2;
+  expect_hf_error(dup, {"share id 2"});
+  json reused = tiny_hf({{"type", "ByteLevel"}, {"use_regex", false}});
+  reused["added_tokens"] = {{{"id", 0}, {"content", "<zz>"}}};
+  expect_hf_error(reused, {"added token '<zz>' has id 0, which is 'a'"});
+  json not_array = tiny_hf({{"type", "ByteLevel"}, {"use_regex", false}});
+  not_array["added_tokens"] = {{"id", 0}};
+  expect_hf_error(not_array, {"added_tokens is not an array"});
   mxtest::spit(d / "broken.json", "{\"model\": ");
   EXPECT_THROW(load_tokenizer_hf(d / "broken.json"), Error);
   EXPECT_THROW(load_tokenizer_hf(d / "absent.json"), Error);
@@ -407,6 +426,51 @@ TEST(Tokenizer, GgufUnsupportedIsNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'rwkv' is not supported"), std::string::npos) << e.what();
   }
+}
+
+// Files that loaded and then tokenized wrongly, or crashed: a tokenizer.json nested 100,000 deep
+// (its Sequences are read recursively: SIGSEGV), GGUF vocabulary arrays longer than the token list,
+// a llama2.c tokenizer cut after a whole token (no count is stored: it parsed, 300 of 512 tokens).
+TEST(Tokenizer, MalformedFilesAreErrorsNotAMisreading) {
+  mxtest::TempDir d;
+  json deep = tiny_hf({{"type", "ByteLevel"}});
+  for (int k = 0; k < 100; ++k) deep["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {deep["pre_tokenizer"]}}};
+  expect_hf_error(deep, {"nests arrays and objects more than 64 deep"});
+
+  GgufWriter w;
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a"});
+  w.add_f32_array("tokenizer.ggml.scores", {0, 0, 0, -1});
+  w.add_i32_array("tokenizer.ggml.token_type", {2, 3, 3, 1, 1});
+  w.write(d / "long_types.gguf");
+  try {
+    load_tokenizer_gguf(GgufFile(d / "long_types.gguf"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token_type has 5 entries for 4 tokens"), std::string::npos) << e.what();
+  }
+
+  // tok512.bin: int32 max_token_length, then per token a float score, an int32 length, the bytes.
+  const std::string tok = mxtest::slurp(mxtest::stories260k() / "tok512.bin");
+  size_t at = 4;
+  for (int t = 0; t < 300; ++t) {
+    int32_t len;
+    std::memcpy(&len, tok.data() + at + 4, 4);
+    at += 8 + size_t(len);
+  }
+  mxtest::spit(d / "tok300.bin", tok.substr(0, at));
+  const std::string model = (mxtest::stories260k() / "stories260K.bin").string();
+  const ModelTokenizer cut = load_model_tokenizer(model, d / "tok300.bin");
+  ASSERT_TRUE(cut.tokenizer);
+  EXPECT_EQ(cut.tokenizer->vocab_size, 300u);
+  try {
+    cut.check_fits(512);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 300 tokens, the model's vocabulary 512 (a truncated file?)"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(load_model_tokenizer(model, "").check_fits(512));
 }
 
 TEST(Tokenizer, LongPromptsEncodeFast) {
