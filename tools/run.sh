@@ -66,7 +66,7 @@ wait $SERVER
 trap - EXIT
 
 if [ $# -eq 0 ]; then
-  build/mxserve make-test-model --arch qwen3 --preset small --out build/models/qwen3-small
+  build/mxserve make-test-model --arch qwen3 --preset small --out build/models/qwen3-small --force
   echo "== mxserve generate --model build/models/qwen3-small (synthetic, random weights)"
   build/mxserve generate --model build/models/qwen3-small --prompt-ids "1 2 3" --max-tokens 64 --temperature 0.8 --seed 1
 fi

@@ -221,14 +221,17 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--input-len", a->input_len, "Input length: N, uniform:A:B or normal:MEAN:SD[:MIN:MAX]");
   s->add_option("--output-len", a->output_len, "Output length, same forms");
-  s->add_option("--shared-prefix", a->shared_prefix, "Fraction of each input shared by all requests [0, 1)");
-  s->add_option("--request-rate", a->request_rate, "Poisson arrivals, requests/s (instead of fixed concurrency)");
+  s->add_option("--shared-prefix", a->shared_prefix, "Fraction of each input shared by all requests [0, 1)")
+      ->check(non_negative_validator());
+  s->add_option("--request-rate", a->request_rate, "Poisson arrivals, requests/s (instead of fixed concurrency)")
+      ->check(non_negative_validator());
   s->add_option("--concurrency", a->concurrency, "Fixed concurrency, a comma list sweeps (e.g. 1,2,4,8)");
-  s->add_option("--requests", a->requests, "Requests per point (default 4 x concurrency)");
-  s->add_option("--duration", a->duration, "Seconds per point after which no request starts");
+  s->add_option("--requests", a->requests, "Requests per point (default 4 x concurrency)")->check(CLI::PositiveNumber);
+  s->add_option("--duration", a->duration, "Seconds per point after which no request starts")
+      ->check(non_negative_validator());
   s->add_option("--vocab", a->vocab, "Token ids are drawn from [3, vocab) (default: the model's vocabulary)")
       ->check(CLI::Range(4, 1 << 30));
-  s->add_option("--seed", a->seed, "Workload seed")->capture_default_str();
+  s->add_option("--seed", a->seed, "Workload seed")->capture_default_str()->check(seed_validator());
   s->add_option("--gpus", a->gpus, "Accelerators behind the endpoint (for tok/s per node)")->capture_default_str();
   s->add_option("--gpus-per-node", a->gpus_per_node, "Accelerators per node")->capture_default_str();
   s->add_option("--price-per-hour", a->price_per_hour, "Price of the whole deployment, $/hour (gives $/Mtok)")

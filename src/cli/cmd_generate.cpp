@@ -111,7 +111,7 @@ Command add_generate(CLI::App& app) {
   s->add_option("--top-p", o->sampling.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
   s->add_option("--min-p", o->sampling.min_p, "Drop tokens below min_p * max prob")
       ->check(CLI::Range(0.0, 1.0));
-  s->add_option("--seed", o->sampling.seed, "Sampling seed");
+  s->add_option("--seed", o->sampling.seed, "Sampling seed")->check(seed_validator());
   s->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at EOS");
   add_kv_dtype_option(s, o->kv_dtype);
   s->add_flag("--print-ids", *print_ids, "Print only the generated ids on stdout (also with --prompt)");

@@ -1,6 +1,7 @@
 // mxserve mtp-data: self-distillation data for training an MTP head (devtools/mtp_data.h).
 #include <cstdio>
 
+#include "core/atomic_output.h"
 #include "cli/commands.h"
 #include "cli/load_args.h"
 #include "cli/parallel_args.h"
@@ -26,11 +27,14 @@ Command add_mtp_data(CLI::App& app) {
   s->add_option("--sequences", o->sequences, "Sequences to generate")->capture_default_str();
   s->add_option("--length", o->length, "Tokens per sequence (prompt included)")->capture_default_str();
   s->add_option("--top-k", o->top_k, "Logits kept per position")->capture_default_str();
-  s->add_option("--seed", o->seed, "Seed of the prompts and the sampling")->capture_default_str();
+  s->add_option("--seed", o->seed, "Seed of the prompts and the sampling")->capture_default_str()->check(seed_validator());
   s->add_option("--max-running", o->max_running, "Sequences generated at once")->capture_default_str();
   add_load_options(s, *lo);  // a --mtp-head's picks go in mtp_top1
   s->add_option("--threads", *threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 1024));
-  return {s, [model, out, o, threads, lo, backend] {
+  auto force = std::make_shared<bool>(false);
+  s->add_flag("--force", *force, "Replace an existing --out file (never the input)");
+  return {s, [model, out, o, threads, lo, backend, force] {
+            check_output_target(*out, *force, *model);
             if (*threads) set_global_threads(*threads);
             lo->backend = *backend;
             const MtpDataStats st = write_mtp_data(load_model(*model, *lo), *o, *out);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_output.h"
 #include "devtools/loadgen/workload.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -56,6 +57,8 @@ nlohmann::json to_json(const plan::Prediction& p) {
 }
 
 int run_plan(const PlanArgs& a) {
+  // A report: an existing one is replaced, never the config or a file of the model (checked first).
+  if (!a.json_out.empty()) check_not_input(a.json_out, a.model, "--json");
   fs::path cfg = a.model;
   if (fs::is_directory(cfg)) cfg /= "config.json";
   const ModelConfig mc = load_hf_config(cfg.string());

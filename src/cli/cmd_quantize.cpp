@@ -26,7 +26,7 @@ struct QualityArgs {
                                     "reference model's own samples)");
     s->add_option("--sequences", sequences, "Self-generated sequences when no --calib")->check(CLI::Range(1, 10000));
     s->add_option("--length", length, "Tokens per self-generated sequence")->check(CLI::Range(2, 1 << 20));
-    s->add_option("--seed", seed, "Seed of the self-generated sequences");
+    s->add_option("--seed", seed, "Seed of the self-generated sequences")->check(seed_validator());
   }
   QualityReport run(Model& ref, Model& q) const {
     auto seqs = calib.empty() ? self_generated_sequences(ref, sequences, length, seed) : read_token_file(calib);
@@ -86,7 +86,7 @@ Command add_eval(CLI::App& app) {
   s->add_option("--tokens", qa->calib, "Token-id sequences, one per line (default: the reference's own samples)");
   s->add_option("--sequences", qa->sequences, "Self-generated sequences when no --tokens")->check(CLI::Range(1, 10000));
   s->add_option("--length", qa->length, "Tokens per self-generated sequence")->check(CLI::Range(2, 1 << 20));
-  s->add_option("--seed", qa->seed, "Seed of the self-generated sequences");
+  s->add_option("--seed", qa->seed, "Seed of the self-generated sequences")->check(seed_validator());
   s->add_flag("--exact-reference", qa->exact_reference, QualityArgs::kExactHelp);
   s->add_flag("--json", *json_out, "Print JSON");
   return {s, [=] {

@@ -1,6 +1,10 @@
 #pragma once
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace mx::cli {
@@ -15,6 +19,31 @@ inline constexpr const char* kTokenizerOptionHelp =
     "Tokenizer file (tokenizer.json, .gguf or llama2.c tokenizer.bin); default: the model's own (tokenizer.json in "
     "its directory, the GGUF's, or tok{vocab}.bin / tokenizer.bin of its vocabulary size beside a llama2.c "
     "checkpoint)";
+
+// A seed: an integer in [0, 2^64). (CLI11 turned -1, 2^64 and 1e23 into 2^64 - 1 without a word.)
+inline CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        uint64_t v;
+        const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+        return r.ec == std::errc() && r.ptr == s.data() + s.size() ? "" : "a seed is an integer in [0, 2^64), got " + s;
+      },
+      "SEED");
+}
+
+// A number >= 0 (NaN is not one: CLI11's NonNegativeNumber lets it through).
+inline CLI::Validator non_negative_validator() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = std::nan("");
+        try {
+          v = std::stod(s);
+        } catch (...) {
+        }
+        return v >= 0 ? "" : "must be a number >= 0, got " + s;
+      },
+      "NUMBER >= 0");
+}
 
 // Each adds its subcommand to app and returns how to run it.
 Command add_generate(CLI::App& app);

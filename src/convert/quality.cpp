@@ -114,11 +114,13 @@ std::vector<LayerError> weight_errors(const Model& ref, const Model& quant) {
 std::vector<std::vector<int32_t>> self_generated_sequences(Model& ref, int count, int length, uint64_t seed) {
   MX_CHECK(count > 0 && length > 1, "quality: need at least one sequence of 2+ tokens");
   const ModelConfig& c = ref.config();
+  MX_CHECK(length <= c.max_position_embeddings, "quality: --length {} exceeds the model's context of {} tokens", length,
+           c.max_position_embeddings);
   const int32_t bos = c.bos_token_id >= 0 && c.bos_token_id < c.vocab_size ? c.bos_token_id : 0;
   std::vector<std::vector<int32_t>> out;
   for (int i = 0; i < count; ++i) {
     GenerateOptions o;
-    o.max_tokens = std::min(length - 1, c.max_position_embeddings - 1);
+    o.max_tokens = length - 1;
     o.sampling.temperature = 1.0f;
     o.sampling.seed = seed + i;
     o.ignore_eos = true;

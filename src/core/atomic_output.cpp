@@ -39,23 +39,30 @@ bool same_path(const fs::path& a, const fs::path& b) {
 
 }  // namespace
 
-void check_output_target(const std::string& target, bool force, const std::string& input) {
+void check_not_input(const std::string& target, const std::string& input, const std::string& flag) {
   const fs::path t(target), in(input);
-  MX_CHECK(!target.empty(), "--out is empty");
-  MX_CHECK(!same_path(t, in), "--out {} is the input model: write the output elsewhere", target);
+  MX_CHECK(!target.empty(), "{} is empty", flag);
+  if (input.empty()) return;
+  MX_CHECK(!same_path(t, in), "{} {} is the input model: write the output elsewhere", flag, target);
   // A file inside the input directory (its own safetensors), or the input inside the target.
   std::error_code ec;
   if (fs::is_directory(in, ec)) {
-    MX_CHECK(!same_path(parent_of(t), in) || !fs::exists(t, ec),
-             "--out {} would overwrite a file of the input model {}", target, input);
+    MX_CHECK(!same_path(parent_of(t), in) || !fs::exists(t, ec), "{} {} would overwrite a file of the input model {}",
+             flag, target, input);
   }
   if (fs::is_directory(t, ec) && fs::exists(in, ec)) {
     const fs::path rel = fs::relative(fs::weakly_canonical(in, ec), fs::weakly_canonical(t, ec), ec);
-    MX_CHECK(ec || rel.empty() || *rel.begin() == "..", "--out {} holds the input {}: write the output elsewhere",
+    MX_CHECK(ec || rel.empty() || *rel.begin() == "..", "{} {} holds the input {}: write the output elsewhere", flag,
              target, input);
   }
+}
+
+void check_output_target(const std::string& target, bool force, const std::string& input, const std::string& flag) {
+  check_not_input(target, input, flag);
+  std::error_code ec;
+  const fs::path t(target);
   if (fs::exists(t, ec) && !(fs::is_directory(t, ec) && fs::is_empty(t, ec)))
-    MX_CHECK(force, "--out {} exists: pass --force to replace it (the new output replaces it only once complete)",
+    MX_CHECK(force, "{} {} exists: pass --force to replace it (the new output replaces it only once complete)", flag,
              target);
 }
 

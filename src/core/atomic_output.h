@@ -14,7 +14,10 @@ namespace mx {
 
 // Refuses (mx::Error naming the flag) an existing target unless force, and a
 // target that is one of the inputs' paths whatever force says.
-void check_output_target(const std::string& target, bool force, const std::string& input);
+void check_output_target(const std::string& target, bool force, const std::string& input,
+                         const std::string& flag = "--out");
+// Only the second: the target is not the input, a file of the input directory, nor holds the input.
+void check_not_input(const std::string& target, const std::string& input, const std::string& flag = "--out");
 
 class AtomicFile {
  public:

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/atomic_output.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "sampling/sampling.h"
@@ -156,7 +157,9 @@ MtpDataStats write_mtp_data(std::unique_ptr<Model> model, const MtpDataOptions& 
       {"vocab_size", std::to_string(V)}, {"num_hidden_layers", std::to_string(c.num_hidden_layers)},
       {"sequences", std::to_string(N)}, {"length", std::to_string(L)}, {"top_k", std::to_string(K)},
       {"seed", std::to_string(o.seed)}, {"hidden", "after the final norm"}};
-  write_safetensors(out, list, meta);
+  AtomicFile f(out);  // complete or not there (a killed run leaves any previous file as it was)
+  write_safetensors(f.temp_path(), list, meta);
+  f.commit();
   return st;
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "server/openai_api.h"
 
 namespace mx::server {
@@ -120,17 +121,23 @@ bool reject_request(const HttpRequest& req, HttpResponse& res, const AccessOptio
 }
 
 std::vector<std::string> api_keys_from(const std::vector<std::string>& flags, const char* env_value) {
+  // An empty key asked for is a mistake (`--api-key "$KEY"` with KEY unset), never "no key":
+  // dropped, it left the server open without a word.
   std::vector<std::string> keys;
-  for (const std::string& k : flags)
-    if (!k.empty()) keys.push_back(k);
-  if (env_value) {
+  for (const std::string& k : flags) {
+    MX_CHECK(!k.empty(), "--api-key is empty (an unset variable?): give the key, or no --api-key for an open server");
+    keys.push_back(k);
+  }
+  if (env_value && *env_value) {
     std::string s = env_value;
+    size_t from_env = 0;
     for (size_t b = 0; b <= s.size();) {
       size_t e = s.find(',', b);
       if (e == std::string::npos) e = s.size();
-      if (e > b) keys.push_back(s.substr(b, e - b));
+      if (e > b) keys.push_back(s.substr(b, e - b)), ++from_env;
       b = e + 1;
     }
+    MX_CHECK(from_env > 0, "MXSERVE_API_KEY is set to '{}', which holds no key", s);
   }
   return keys;
 }

@@ -47,7 +47,8 @@ bool reject_request(const HttpRequest& req, HttpResponse& res, const AccessOptio
 // ("scheme://host:port"), lower-cased, without port; "" if it has none.
 std::string host_of_header(const std::string& value, bool origin);
 
-// Keys from --api-key (repeatable) and MXSERVE_API_KEY (comma separated).
+// Keys from --api-key (repeatable) and MXSERVE_API_KEY (comma separated; unset or "" for none).
+// An empty --api-key, or a MXSERVE_API_KEY of commas only, is an mx::Error.
 std::vector<std::string> api_keys_from(const std::vector<std::string>& flags, const char* env_value);
 
 // Whether host is a loopback address (127.0.0.0/8, ::1, localhost); strict

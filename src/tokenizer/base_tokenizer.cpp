@@ -57,6 +57,7 @@ std::string BaseTokenizer::decode(std::span<const int32_t> ids) const {
   std::string s;
   bool first = true;
   for (int32_t id : ids) {
+    if (id >= 0 && size_t(id) >= v_.size()) continue;  // the model's padding: no text (token_piece)
     check(id);
     TokenType t = v_.type[size_t(id)];
     if (t == TokenType::Control || t == TokenType::Unknown) continue;

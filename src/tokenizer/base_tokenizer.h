@@ -23,7 +23,10 @@ class BaseTokenizer : public Tokenizer {
 
   std::string decode(std::span<const int32_t> ids) const override;
 
+  // An id past the tokenizer, in a model's padded vocabulary (one the model can sample: its
+  // embedding has more rows than the tokenizer has tokens), has no text: "" (a server answered 500).
   std::string token_piece(int32_t id, bool special) const override {
+    if (id >= 0 && size_t(id) >= v_.size()) return "";
     check(id);
     TokenType t = v_.type[size_t(id)];
     if (!special && (t == TokenType::Control || t == TokenType::Unknown)) return "";

@@ -1,5 +1,6 @@
 #include "tokenizer/model_tokenizer.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
@@ -66,6 +67,10 @@ void ModelTokenizer::check_fits(int model_vocab_size) const {
     MX_CHECK(tokenizer->vocab_size == size_t(model_vocab_size),
              "the llama2.c tokenizer {} holds {} tokens, the model's vocabulary {} (a truncated file?)", path,
              tokenizer->vocab_size, model_vocab_size);
+  if (tokenizer->vocab_size < size_t(model_vocab_size))
+    std::fprintf(stderr, "note: the tokenizer %s has %zu tokens, the model's vocabulary %d: ids %zu..%d (padding) "
+                 "have no text if sampled\n", path.c_str(), tokenizer->vocab_size, model_vocab_size,
+                 tokenizer->vocab_size, model_vocab_size - 1);
 }
 
 }  // namespace mx

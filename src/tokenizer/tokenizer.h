@@ -42,10 +42,13 @@ class Tokenizer {
   // Ids to text: each token's bytes, concatenated. Control tokens decode to
   // nothing; for SentencePiece vocabularies the space the encoder put in front
   // of the text is dropped again, so decode(encode(s)) == s for byte-level BPE
-  // and SentencePiece (no clean-up of spaces before punctuation is done).
+  // and SentencePiece (no clean-up of spaces before punctuation is done). Ids
+  // past the tokenizer (a model's padded vocabulary) decode to nothing; a
+  // negative id is an mx::Error.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // The bytes one token stands for (may be part of a UTF-8 character). Control
-  // and unknown tokens give "" unless `special`, then their text.
+  // and unknown tokens give "" unless `special`, then their text; so do ids past
+  // the tokenizer.
   virtual std::string token_piece(int32_t id, bool special = false) const = 0;
   // The vocabulary entry as stored ("Ġthe", "▁the", "<0x0A>", "<|endoftext|>").
   virtual std::string token_text(int32_t id) const = 0;

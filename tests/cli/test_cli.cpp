@@ -53,6 +53,50 @@ TEST(Cli, BadInvocationsFailWithAMessage) {
   }
 }
 
+// Found by a probe of the CLI: outputs written over their inputs or over a model without --force
+// (mtp-data replaced the model it read, plan --json its config.json, make-test-model a real
+// model), an empty --api-key that left the server open, a bench that waited decades for its next
+// arrival, values CLI11 turned into others (--seed -1 into 2^64 - 1, --requests -1 into the default).
+TEST(Cli, OutputsKeepTheirInputsAndOddValuesAreErrors) {
+  mxtest::TempDir tmp;
+  const std::filesystem::path d = tmp.path();
+  const std::string model = (d / "stories.bin").string();
+  std::filesystem::copy_file(stories(), model);
+  std::filesystem::copy_file(mxtest::stories260k() / "tok512.bin", d / "tok512.bin");
+  const std::string dir = (d / "m").string();
+  ASSERT_EQ(mxtest::run(bin() + " make-test-model --arch qwen3 --preset tiny --out " + dir).code, 0);
+  mxtest::spit(d / "m" / "stray.txt", "x");
+  struct Bad {
+    std::string args, fragment;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"mtp-data --model " + model + " --out " + model + " --sequences 1 --length 8", "is the input model"},
+           {"plan --model " + dir + " --hardware h100 --scale 0.02 --json " + dir + "/config.json",
+            "would overwrite a file of the input model"},
+           {"make-test-model --arch llama --preset tiny --out " + dir, "exists: pass --force"},
+           {"serve --model " + model + " --port 0 --api-key ''", "--api-key is empty"},
+           {"bench --in-process --model " + model + " --workload custom --input-len 8 --output-len 4 "
+            "--request-rate 1e-9 --requests 2 --no-progress --out " + (d / "b").string(), "below 0.001 requests/s"},
+           {"bench --in-process --model " + model + " --requests -1", "--requests"},
+           {"bench --in-process --model " + model + " --duration nan", "--duration"},
+           {"generate --model " + model + " --prompt-ids 1 --seed -1", "a seed is an integer in [0, 2^64)"},
+           {"generate --model " + model + " --prompt-ids 1 --seed 18446744073709551616", "a seed is an integer"},
+       }) {
+    auto r = mxtest::run("timeout 60 " + bin() + " " + b.args, true);
+    EXPECT_NE(r.code, 0) << b.args;
+    EXPECT_NE(r.out.find(b.fragment), std::string::npos) << b.args << "\n" << r.out;
+  }
+  EXPECT_EQ(mxtest::slurp(model), mxtest::slurp(stories()));  // untouched
+  EXPECT_TRUE(std::filesystem::exists(d / "m" / "stray.txt"));
+  // --force: the whole directory replaced once complete, nothing of the old one left beside it.
+  ASSERT_EQ(mxtest::run(bin() + " make-test-model --arch llama --preset tiny --force --out " + dir).code, 0);
+  EXPECT_FALSE(std::filesystem::exists(d / "m" / "stray.txt"));
+  EXPECT_NE(mxtest::slurp(d / "m" / "config.json").find("LlamaForCausalLM"), std::string::npos);
+  const std::string plan = (d / "plan.json").string();
+  EXPECT_EQ(mxtest::run(bin() + " plan --model " + dir + " --hardware h100 --scale 0.02 --json " + plan).code, 0);
+  EXPECT_EQ(mxtest::run(bin() + " plan --model " + dir + " --hardware h100 --scale 0.02 --json " + plan).code, 0);  // a report
+}
+
 // generate --backend hip (HIP-CPU in CI; each GPU backend with a device) prints
 // the CPU backend's greedy ids: stories260K, and the tiny llama, qwen3_moe,
 // glm4_moe with MTP drafting and deepseek_v3 (MLA) with MTP drafting.

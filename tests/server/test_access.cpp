@@ -103,8 +103,12 @@ TEST(Access, RouterChecksKeysAndPassesThemOn) {
 
 TEST(Access, KeysFromFlagsAndEnvironment) {
   using mx::server::api_keys_from;
-  EXPECT_EQ(api_keys_from({"a", ""}, "b,,c"), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(api_keys_from({"a"}, "b,,c"), (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_TRUE(api_keys_from({}, nullptr).empty());
+  EXPECT_TRUE(api_keys_from({}, "").empty());
+  // An empty key asked for left the server open without a word.
+  EXPECT_THROW(api_keys_from({"a", ""}, nullptr), mx::Error);
+  EXPECT_THROW(api_keys_from({}, ","), mx::Error);
   EXPECT_TRUE(mx::server::is_loopback_host("127.0.0.1"));
   EXPECT_TRUE(mx::server::is_loopback_host("localhost"));
   EXPECT_FALSE(mx::server::is_loopback_host("0.0.0.0"));

@@ -223,6 +223,9 @@ TEST(Tokenizer, VocabularyFacts) {
   EXPECT_EQ(byte_level_char('a'), "a");
   EXPECT_THROW(gpt2->token_text(50257), Error);
   EXPECT_THROW(gpt2->decode(std::vector<int32_t>{-1}), Error);
+  // Ids past the tokenizer are a model's padded vocabulary: no text (a server answered 500).
+  EXPECT_EQ(gpt2->token_piece(50257), "");
+  EXPECT_EQ(gpt2->decode(std::vector<int32_t>{15496, 50300}), "Hello");
 
   auto spm = load("llama-spm");
   EXPECT_EQ(spm->model, "llama");

@@ -27,6 +27,9 @@ PointResult run_point(Target& target, const std::vector<BenchRequest>& reqs, int
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < reqs.size();) {
       const BenchRequest& q = reqs[i];
+      // An arrival past the duration never starts: checked before the wait (at 0.01 requests/s
+      // the second arrival is minutes away, and --duration 2 waited for it).
+      if (duration_s > 0 && request_rate > 0 && q.arrival_s > duration_s) return;
       if (request_rate > 0) std::this_thread::sleep_until(t0 + std::chrono::duration<double>(q.arrival_s));
       const double start = elapsed();
       if (duration_s > 0 && start > duration_s) return;

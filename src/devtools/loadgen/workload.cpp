@@ -85,6 +85,10 @@ LengthDist LengthDist::scaled(double f) const {
 void WorkloadSpec::validate() const {
   MX_CHECK(shared_prefix >= 0 && shared_prefix < 1, "--shared-prefix must be in [0, 1), got {}", shared_prefix);
   MX_CHECK(request_rate >= 0 && std::isfinite(request_rate), "--request-rate must be >= 0");
+  // Arrivals are waited for: at 1e-9 requests/s the second came in decades.
+  MX_CHECK(request_rate == 0 || request_rate >= 1e-3,
+           "--request-rate {} is below 0.001 requests/s (one every 17 minutes); 0 runs at fixed concurrency",
+           request_rate);
   MX_CHECK(!concurrency.empty(), "--concurrency needs at least one value");
   for (int c : concurrency) MX_CHECK(c >= 1 && c <= 4096, "--concurrency values must be in [1, 4096], got {}", c);
   MX_CHECK(requests >= 0 && requests <= 1000000, "--requests must be in [0, 1000000]");
