@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -68,13 +69,20 @@ std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::s
       MX_CHECK(parsed_isa, "{}: unknown isa '{}' (scalar, avx2, avx512, sm80, sm90, gfx90a, gfx940, gfx1030)", where, isa);
       t.isa = *parsed_isa;
       KernelConfig& c = t.cfg;
+      // An integer field as written: 3.9, true or 4294967304 (wrapped to 8) were taken as others.
+      auto integer = [&](const char* k) {
+        const auto& v = e.at(k);
+        MX_CHECK(v.is_number_integer() && v.template get<int64_t>() >= INT32_MIN && v.template get<int64_t>() <= INT32_MAX,
+                 "{}: '{}' must be an integer, got {}", where, k, v.dump());
+        return int(v.template get<int64_t>());
+      };
       if (t.op != "attention") {  // attention's entry only says where its bf16 products run ("fma")
-        c.gemv_rows = e.at("gemv_rows").get<int>();
-        c.tile_tokens = e.at("tile_tokens").get<int>();
-        c.tile_rows = e.at("tile_rows").get<int>();
-        c.prefetch = e.at("prefetch").get<int>();
-        c.chunk_kib = e.at("chunk_kib").get<int>();
-        c.rowblock_kib = e.at("rowblock_kib").get<int>();
+        c.gemv_rows = integer("gemv_rows");
+        c.tile_tokens = integer("tile_tokens");
+        c.tile_rows = integer("tile_rows");
+        c.prefetch = integer("prefetch");
+        c.chunk_kib = integer("chunk_kib");
+        c.rowblock_kib = integer("rowblock_kib");
       }
       if (e.contains("fma")) c.fma = e.at("fma").get<bool>();
       if (e.contains("note")) t.note = e.at("note").get<std::string>();

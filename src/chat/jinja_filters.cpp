@@ -50,7 +50,7 @@ Value f_tojson(Renderer& r, const Value& v, Args& a, size_t pos) {
   JsonOpts o;
   o.ensure_ascii = ar.flag(0, false);
   const int64_t indent = ar.integer(1, -1);
-  if (indent > 1000) r.fail(pos, fmt::format("tojson(): indent {} is over 1000", indent));
+  if (indent > 1000 || indent < -1) r.fail(pos, fmt::format("tojson(): indent {} is not in [-1, 1000]", indent));
   o.indent = int(indent);
   if (o.indent >= 0) o.item_sep = ",";
   if (const Value* s = ar.get(2); s && s->k != Value::None) {
@@ -98,7 +98,9 @@ Value f_replace(Renderer& r, const Value& v, Args& a, size_t pos) {
   const Value* o = ar.get(0);
   const Value* n = ar.get(1);
   if (!o || !n) r.fail(pos, "replace() needs old and new");
-  return Value::str(py_replace(to_str(v), to_str(*o), to_str(*n), ar.integer(2, -1)));
+  const std::string s = to_str(v), from = to_str(*o), to = to_str(*n);
+  check_replace_size(r, s, from, to, ar.integer(2, -1), pos);
+  return Value::str(py_replace(s, from, to, ar.integer(2, -1)));
 }
 Value f_join(Renderer& r, const Value& v, Args& a, size_t pos) {
   ArgReader ar{r, a, pos, "join", {"d", "attribute"}};
@@ -112,6 +114,7 @@ Value f_join(Renderer& r, const Value& v, Args& a, size_t pos) {
     first = false;
     Value tmp;
     out += to_str(attribute.empty() ? e : attr_path(r, e, attribute, tmp, pos));
+    check_size(r, out.size(), pos);
   }
   return Value::str(std::move(out));
 }

@@ -91,8 +91,9 @@ Value str_method(Renderer& r, const std::string& s, const std::string& m, Args& 
     const Value* o = ar.get(0);
     const Value* n = ar.get(1);
     if (!o || !n) r.fail(pos, "str.replace() takes at least 2 arguments");
-    return Value::str(py_replace(s, need_str(r, *o, "str.replace()", pos), need_str(r, *n, "str.replace()", pos),
-                                 ar.integer(2, -1)));
+    const std::string from = need_str(r, *o, "str.replace()", pos), to = need_str(r, *n, "str.replace()", pos);
+    check_replace_size(r, s, from, to, ar.integer(2, -1), pos);
+    return Value::str(py_replace(s, from, to, ar.integer(2, -1)));
   }
   if (m == "find" || m == "rfind" || m == "count") {
     auto ar = reader({"sub"});
@@ -121,6 +122,7 @@ Value str_method(Renderer& r, const std::string& s, const std::string& m, Args& 
       if (!first) out += s;
       first = false;
       out += need_str(r, e, "str.join()", pos);
+      check_size(r, out.size(), pos);
     }
     return Value::str(std::move(out));
   }

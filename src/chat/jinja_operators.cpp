@@ -106,10 +106,23 @@ bool mul_ovf(int64_t a, int64_t b, int64_t* v) { return __builtin_mul_overflow(a
 
 }  // namespace
 
-// A string or list a template builds is held to the output's limit: doubling one 40 times
-// (`{% set ns.s = ns.s + ns.s %}`) asked for a terabyte before the output was checked.
+// Doubling a string 40 times (`{% set ns.s = ns.s + ns.s %}`, or with join or replace) asked for a
+// terabyte before the output was checked.
 void check_size(Renderer& r, size_t n, size_t pos) {
   if (n > kMaxOutput) r.fail(pos, "a string or list larger than the output's limit of 64 MiB");
+}
+
+void check_replace_size(Renderer& r, const std::string& s, const std::string& from, const std::string& to,
+                        int64_t count, size_t pos) {
+  if (to.size() <= from.size()) return;
+  size_t n = 0;  // the replacements made
+  if (from.empty()) {
+    n = py_len(s) + 1;
+  } else {
+    for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + from.size())) ++n;
+  }
+  if (count >= 0) n = std::min(n, size_t(count));
+  check_size(r, s.size() + n * (to.size() - from.size()), pos);
 }
 
 Value binary(Renderer& r, const std::string& op, const Value& a, const Value& b, size_t pos) {

@@ -35,6 +35,7 @@ Command add_mtp_data(CLI::App& app) {
   s->add_flag("--force", *force, "Replace an existing --out file (never the input)");
   return {s, [model, out, o, threads, lo, backend, force] {
             check_output_target(*out, *force, *model);
+            if (!lo->mtp_head.empty()) check_not_input(*out, lo->mtp_head);  // the head it reads too
             if (*threads) set_global_threads(*threads);
             lo->backend = *backend;
             const MtpDataStats st = write_mtp_data(load_model(*model, *lo), *o, *out);

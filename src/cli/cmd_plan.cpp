@@ -58,7 +58,11 @@ nlohmann::json to_json(const plan::Prediction& p) {
 
 int run_plan(const PlanArgs& a) {
   // A report: an existing one is replaced, never the config or a file of the model (checked first).
-  if (!a.json_out.empty()) check_not_input(a.json_out, a.model, "--json");
+  if (!a.json_out.empty()) {
+    check_not_input(a.json_out, a.model, "--json");
+    // A config.json given as a file: nor any file of its directory (model.safetensors ...).
+    if (fs::is_regular_file(a.model)) check_not_input(a.json_out, fs::path(a.model).parent_path().string(), "--json");
+  }
   fs::path cfg = a.model;
   if (fs::is_directory(cfg)) cfg /= "config.json";
   const ModelConfig mc = load_hf_config(cfg.string());

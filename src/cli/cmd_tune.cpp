@@ -104,10 +104,10 @@ Command add_tune(CLI::App& app) {
                   char tail = 0;
                   MX_CHECK(std::sscanf(t.c_str(), "%lldx%lld%c", &o, &n, &tail) == 2 && o > 0 && n > 0,
                            "tune: bad shape '{}' (OUTxIN)", t);
-                  // The weight is made in memory: 2^28 elements (a 512 MiB bf16 matrix) is past any
-                  // real layer's (DeepSeek-V3's largest, 129280 x 7168, is 2^29.8: its lm_head stays
-                  // bf16 and untuned) and keeps a run of the synthetic weights in reach.
-                  MX_CHECK(o <= (1LL << 28) / n, "tune: shape '{}' holds {} elements, over 2^28", t, double(o) * n);
+                  // The weight is made in memory: at most 2^30 elements (4 GiB in f32), which holds the
+                  // largest real layers (Llama 3.1 405B's MLP 53248 x 16384 and DeepSeek-V3's lm_head
+                  // 129280 x 7168 are 2^29.7 and 2^29.8); 10^18 ended in bad_alloc.
+                  MX_CHECK(o <= (1LL << 30) / n, "tune: shape '{}' holds {} elements, over 2^30", t, double(o) * n);
                   const bool mxfp4 = dtypes.empty() || std::count(dtypes.begin(), dtypes.end(), DType::MXFP4);
                   MX_CHECK(!mxfp4 || n % 32 == 0, "tune: shape '{}': MXFP4 needs IN a multiple of 32 (its blocks)", t);
                   shapes.push_back({o, n});

@@ -70,7 +70,10 @@ Tensor logical(const TensorStore& s, const std::string& name) {
 // (quantizing a model's weights is most of a conversion's time).
 void produce(const std::vector<Tensor>& parts, RowOrder order, uint32_t out, std::vector<uint8_t>& buf) {
   for (const Tensor& t : parts) {
-    const int64_t cols = t.dim(-1), rows = t.numel() / cols;
+    // A permuted 1-D tensor (a llama Q/K bias) is n rows of one value (convert_hf_to_gguf.py
+    // permutes those too).
+    const bool bias = t.ndim == 1 && order.kind != RowOrder::Identity;
+    const int64_t cols = bias ? 1 : t.dim(-1), rows = t.numel() / cols;
     const GgmlTypeInfo* ti = ggml_type_info(out);
     MX_CHECK(ti && (out == ggml_type::F32 || out == ggml_type::F16 || out == ggml_type::BF16 ||
                     out == ggml_type::MXFP4) && cols % ti->block_size == 0,
@@ -222,6 +225,9 @@ void write_metadata(GgufWriter& w, const ModelConfig& c, const std::string& name
 void write_tokenizer(GgufWriter& w, const ModelConfig& c, const std::string& hf_dir) {
   const fs::path p = fs::path(hf_dir) / "tokenizer.json";
   if (hf_dir.empty() || !fs::exists(p)) return;
+  // Read below on its own: first through the loader, whose checks (two texts on one id, an added
+  // token over another's id, ...) the GGUF's reader would not repeat.
+  load_tokenizer_hf(p.string());
   std::ifstream f(p);
   json tj = json::parse(f, nullptr, false);
   if (tj.is_discarded() || !tj.contains("model") || !tj["model"].is_object())

@@ -142,11 +142,15 @@ struct Reader {
 
   // Adds one HF tensor from GGUF data of `type` with HF shape [rows, cols] (or [n]).
   void add(const std::string& hf, const uint8_t* data, uint32_t type, std::vector<int64_t> shape) {
-    const int64_t cols = shape.back(), rows = shape.size() == 1 ? 1 : shape[0];
     const int64_t heads = gguf_names::llama_permuted_heads(hf, c);  // undo llama.cpp's Q/K permutation
     if (heads && !RowOrder::llama_permutable(shape, heads))
       fail("{}: {} has shape {}, whose rows do not split into {} heads of an even size (llama.cpp's Q/K row "
            "order cannot be undone)", g.path(), hf, fmt::join(shape, "x"), heads);
+    // A permuted bias is rows of one value (a float type: a block type's row would hold 32).
+    const bool bias = heads && shape.size() == 1;
+    if (bias && type != ggml_type::F32 && type != ggml_type::F16 && type != ggml_type::BF16)
+      fail("{}: {} is a Q/K bias of ggml type {}; mxserve reads them as F32, F16 or BF16", g.path(), hf, type);
+    const int64_t cols = bias ? 1 : shape.back(), rows = shape.size() == 1 && !bias ? 1 : shape[0];
     const RowOrder order = heads ? RowOrder::llama_unpermute(rows, heads) : RowOrder::identity(rows);
     const GgmlTypeInfo* ti = ggml_type_info(type);
     const uint64_t row_bytes = uint64_t(cols / ti->block_size) * ti->type_size;

@@ -14,11 +14,13 @@ struct RowOrder {
   int64_t head_dim = 0;
 
   static RowOrder identity(int64_t) { return {}; }
-  // Whether a tensor of this shape is one llama.cpp permutes: a 2-D [rows, cols] whose rows
-  // are `heads` heads of an even size (the orders below divide by it).
+  // Whether a tensor of this shape is one llama.cpp permutes: a weight [rows, cols], or a bias
+  // [rows] (rows of one value), whose rows are `heads` heads of an even size (the orders below
+  // divide by it).
   template <class Shape>
   static bool llama_permutable(const Shape& shape, int64_t heads) {
-    return shape.size() == 2 && heads > 0 && shape[0] > 0 && shape[0] % heads == 0 && (shape[0] / heads) % 2 == 0;
+    return (shape.size() == 1 || shape.size() == 2) && heads > 0 && shape[0] > 0 && shape[0] % heads == 0 &&
+           (shape[0] / heads) % 2 == 0;
   }
   static RowOrder llama_permute(int64_t rows, int64_t heads) { return {ToGguf, rows / heads}; }
   static RowOrder llama_unpermute(int64_t rows, int64_t heads) { return {FromGguf, rows / heads}; }

@@ -78,7 +78,6 @@ class Grammar {
   }
   uint32_t root() const { return root_; }
   size_t rule_count() const { return rules_.size(); }
-  size_t element_count() const { return elems_.size(); }
   const std::string& rule_name(uint32_t r) const { return names_[r]; }
 
   // Flat element storage: each alternative is a run of elements ending in End;

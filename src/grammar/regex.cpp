@@ -52,16 +52,21 @@ class Parser {
  private:
   bool at(char c) const { return i_ < p_.size() && p_[i_] == c; }
   [[noreturn]] void bad(const std::string& what) const { fail("regex: {} at offset {}", what, i_); }
+  [[noreturn]] void too_large() const {
+    bad(fmt::format("pattern too large: more than {} grammar elements", Grammar::kMaxElements));
+  }
 
   // alternation := concat ('|' concat)*
   // Each production leaves in nullable_ whether what it returned can match "".
   Seq alternation() {
     std::vector<Seq> alts = {concatenation()};
     bool nullable = nullable_;
+    size_t held = alts[0].size();
     while (at('|')) {
       ++i_;
       alts.push_back(concatenation());
       nullable = nullable || nullable_;
+      if ((held += alts.back().size()) >= Grammar::kMaxElements) too_large();
     }
     nullable_ = nullable;
     if (alts.size() == 1) return alts[0];
@@ -80,6 +85,9 @@ class Parser {
       }
       const Seq piece = quantified(atom());
       nullable = nullable && nullable_;
+      // Each piece passes quantified's check; pieces side by side add up (128 copies of a
+      // 2^20-element piece, a 2 KB pattern, held 2 GB before the grammar saw any).
+      if (out.size() + piece.size() >= Grammar::kMaxElements) too_large();
       out.insert(out.end(), piece.begin(), piece.end());
     }
     nullable_ = nullable;

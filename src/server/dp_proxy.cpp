@@ -3,11 +3,14 @@
 #include <httplib.h>  // the client side, to the replicas
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace mx::server {
 
@@ -23,9 +26,39 @@ void error_json(HttpResponse& res, int status, const std::string& msg, const cha
   res.set_content(json{{"error", {{"message", msg}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}}.dump(),
                   "application/json");
 }
+
+// Shuts a replica's connection when the client goes away (Client::stop), which the replica
+// takes as its client leaving (its requests are aborted); watches until destroyed.
+class ClientWatch {
+ public:
+  ClientWatch(HttpExchange& out, httplib::Client& c)
+      : t_([this, &out, &c] {
+          while (!done_) {
+            if (out.client_gone()) c.stop();
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+        }) {}
+  ~ClientWatch() {
+    done_ = true;
+    t_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread t_;
+};
+
+// The replica a request was given to, handed back however the forward ends.
+struct Picked {
+  PrefixRouter& router;
+  int r;
+  ~Picked() { router.done(r); }
+};
 }  // namespace
 
 std::vector<int32_t> routing_units(const std::string& body) {
+  // The parsed prompt is dumped below: 100,000 levels overflowed the router's stack (SIGSEGV).
+  MX_CHECK(json_depth_at_most(body), "the request body nests arrays and objects more than {} deep", kMaxJsonDepth);
   json j = json::parse(body, nullptr, false);
   MX_CHECK(!j.is_discarded() && j.is_object(), "the request body is not a JSON object");
   std::vector<int32_t> u;
@@ -81,27 +114,18 @@ struct RouterServer::Impl {
       out.respond(std::move(res));
       return;
     }
-    const int r = router.pick(units);
+    const Picked picked{router, router.pick(units)};
+    const int r = picked.r;
     ++routed[r];
     // The client's key goes on to replicas that check their own (remote `serve --api-key`).
     const std::string auth = req.header("Authorization");
+    auto c = client(r);
     if (!stream) {
-      auto c = client(r);
       httplib::Headers h;
       if (!auth.empty()) h.emplace("Authorization", auth);
-      // A client that leaves: the upstream connection is shut (Client::stop),
-      // which the replica takes as its client leaving (its request is aborted).
-      std::atomic<bool> answered{false};
-      std::thread watch([&] {
-        while (!answered) {
-          if (out.client_gone()) c->stop();
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
-      });
+      std::optional<ClientWatch> watch(std::in_place, out, *c);
       auto up = c->Post(req.path, h, req.body, "application/json");
-      answered = true;
-      watch.join();
-      router.done(r);
+      watch.reset();
       if (out.client_gone()) return;  // nobody to answer
       if (!up) {
         error_json(res, 502, "replica " + opts.replicas[r] + " unreachable: " + httplib::to_string(up.error()),
@@ -115,30 +139,59 @@ struct RouterServer::Impl {
       out.respond(std::move(res));
       return;
     }
-    // Streamed: relay the replica's SSE bytes as they arrive; a client that
-    // goes away closes the replica's connection, which cancels its requests.
-    if (out.start_stream(200, {{"Content-Type", "text/event-stream"}, {"X-Mxserve-Replica", std::to_string(r)}})) {
-      auto c = client(r);
-      httplib::Request up;
-      up.method = "POST";
-      up.path = req.path;
-      up.body = req.body;
-      up.set_header("Content-Type", "application/json");
-      if (!auth.empty()) up.set_header("Authorization", auth);
-      bool client_ok = true;
-      up.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-        return client_ok = out.write(std::string_view(d, n));
-      };
-      httplib::Response ur;
-      httplib::Error err = httplib::Error::Success;
-      if (!c->send(up, ur, err) && client_ok) {
+    // Streamed: the client's stream starts once the replica answers 200, then its SSE bytes
+    // are relayed as they arrive; any other answer (a 400 for bad sampling parameters, a 5xx)
+    // goes back as it is, and an unreachable replica is a 502 (the stream used to start with a
+    // 200 first, and a 400's JSON went out as the stream's body). A client that goes away
+    // closes the replica's connection, which cancels its requests.
+    httplib::Request up;
+    up.method = "POST";
+    up.path = req.path;
+    up.body = req.body;
+    up.set_header("Content-Type", "application/json");
+    if (!auth.empty()) up.set_header("Authorization", auth);
+    bool started = false, client_ok = true;
+    int status = 0;
+    std::string ctype, body;
+    up.response_handler = [&](const httplib::Response& head) {
+      status = head.status;
+      ctype = head.get_header_value("Content-Type");
+      if (status != 200) return true;
+      started = client_ok =
+          out.start_stream(200, {{"Content-Type", "text/event-stream"}, {"X-Mxserve-Replica", std::to_string(r)}});
+      return started;
+    };
+    up.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+      if (started) return client_ok = out.write(std::string_view(d, n));
+      if (body.size() < (size_t(1) << 20)) body.append(d, n);  // an error's JSON
+      return true;
+    };
+    httplib::Response ur;
+    httplib::Error err = httplib::Error::Success;
+    bool sent;
+    {
+      const ClientWatch watch(out, *c);
+      sent = c->send(up, ur, err);
+    }
+    if (started) {
+      if (!sent && client_ok) {
         const std::string msg =
-            "data: " + json{{"error", {{"message", "replica unreachable"}, {"type", "server_error"}}}}.dump() + "\n\n";
+            "data: " + json{{"error", {{"message", "replica " + opts.replicas[r] + " stopped mid-stream"},
+                                       {"type", "server_error"}}}}.dump() + "\n\n";
         out.write(msg);
       }
       if (client_ok) out.end_stream();
+      return;
     }
-    router.done(r);
+    if (out.client_gone()) return;
+    if (status == 0) {
+      error_json(res, 502, "replica " + opts.replicas[r] + " unreachable: " + httplib::to_string(err), "server_error");
+    } else {
+      res.status = status;
+      res.set_content(body, ctype.empty() ? "application/json" : ctype);
+    }
+    res.set_header("X-Mxserve-Replica", std::to_string(r));
+    out.respond(std::move(res));
   }
 
   void route(const HttpRequest& q, HttpExchange& out) {
@@ -178,8 +231,34 @@ struct RouterServer::Impl {
   }
 };
 
+namespace {
+// http(s)://HOST[:PORT][/]: what httplib's client takes whole (a path after it was dropped
+// silently, another scheme threw on every request, a port past 65535 failed only then).
+void check_replica_url(const std::string& url) {
+  const auto fail_url = [&](const char* why) {
+    fail("--replica '{}' is not a replica's base URL (http://HOST:PORT): {}", url, why);
+  };
+  std::string_view rest = url;
+  if (rest.starts_with("http://")) rest.remove_prefix(7);
+  else if (rest.starts_with("https://")) rest.remove_prefix(8);
+  else fail_url("the scheme must be http:// or https://");
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.empty()) fail_url("no host");
+  if (rest.find('/') != std::string_view::npos) fail_url("a path after the host is not supported");
+  const size_t colon = rest.rfind(':'), bracket = rest.rfind(']');
+  if (colon == std::string_view::npos || (bracket != std::string_view::npos && colon < bracket)) return;
+  const std::string_view port = rest.substr(colon + 1);
+  int p = 0;
+  const auto r = std::from_chars(port.data(), port.data() + port.size(), p);
+  if (r.ec != std::errc() || r.ptr != port.data() + port.size() || p < 1 || p > 65535)
+    fail_url("the port must be in [1, 65535]");
+  if (colon == 0) fail_url("no host");
+}
+}  // namespace
+
 RouterServer::RouterServer(RouterServerOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {
   MX_CHECK(!impl_->opts.replicas.empty(), "the router needs at least one --replica URL");
+  for (const std::string& url : impl_->opts.replicas) check_replica_url(url);
   Impl* I = impl_.get();
   I->opts.access.check_host = is_loopback_host(I->opts.host);  // DNS rebinding (access.h)
   HttpTransportOptions t;

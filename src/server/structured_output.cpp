@@ -12,9 +12,15 @@ namespace mx::server {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-// The compiled grammars kept: at most this many, holding at most this many elements together
-// (one grammar may hold up to Grammar::kMaxElements, ~16 MB; 64 of those were a gigabyte).
-constexpr size_t kMaxCachedGrammars = 64, kMaxCachedElements = size_t(4) << 20;
+// The compiled grammars kept: as many as fit kCacheBytes at each one's most (its grammar, up
+// to Grammar::kMaxElements of 8 bytes; GrammarMasks' 512 masks of a byte per token and 65,536
+// trie states of 256 ints: 146 MiB with a 152k vocabulary), between 2 and 64. (64 whatever
+// their size came to 9 GB.)
+constexpr size_t kCacheBytes = size_t(1) << 30;
+size_t max_cached_grammars(int64_t vocab) {
+  const size_t most = grammar::Grammar::kMaxElements * sizeof(grammar::Element) + 512 * size_t(vocab) + (size_t(64) << 20);
+  return std::clamp<size_t>(kCacheBytes / most, 2, 64);
+}
 
 class GrammarConstraint final : public TokenConstraint {
  public:
@@ -88,19 +94,16 @@ std::shared_ptr<grammar::GrammarMasks> StructuredOutputs::cached(const std::stri
   }
   // Compiled outside the lock: one large pattern takes a while, and held the lock through it
   // every other structured request waited on it.
+  // (Two requests for one new grammar may both compile it; the second finds the first's here.)
   auto masks = std::make_shared<grammar::GrammarMasks>(build(), trie);
   std::lock_guard<std::mutex> lk(mu_);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;  // compiled meanwhile
-  const size_t elements = masks->grammar().element_count();
-  if (elements > kMaxCachedElements / 4) return masks;  // not kept: it would crowd out the rest
-  auto held = [&] {
-    size_t n = 0;
-    for (const auto& [k, m] : cache_) n += m->grammar().element_count();
-    return n;
-  };
-  while (!cache_.empty() && (cache_.size() >= kMaxCachedGrammars || held() + elements > kMaxCachedElements))
-    cache_.erase(cache_.begin());
+  while (!order_.empty() && cache_.size() >= max_cached_grammars(vocab_)) {  // the oldest goes
+    cache_.erase(order_.front());
+    order_.pop_front();
+  }
   cache_[key] = masks;
+  order_.push_back(key);
   return masks;
 }
 

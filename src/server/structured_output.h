@@ -6,6 +6,7 @@
 // "text" or no response_format: no constraint.
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,7 @@ class StructuredOutputs {
   std::mutex mu_;
   std::map<std::vector<std::string>, std::shared_ptr<const grammar::VocabTrie>> tries_;  // by markers, built on first use
   std::map<std::string, std::shared_ptr<grammar::GrammarMasks>> cache_;
+  std::deque<std::string> order_;  // cache_'s keys, oldest first
 };
 
 }  // namespace mx::server

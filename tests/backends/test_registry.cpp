@@ -232,6 +232,10 @@ TEST(KernelConfigs, BadFilesAreClearErrors) {
   expect_error(std::string(s).replace(s.find("BF16"), 4, "Q4_K"), "unknown dtype");
   expect_error(std::string(s).replace(s.find("\"gemv_rows\": 4"), 14, "\"gemv_rows\": 0"), "out of range");
   expect_error(std::string(s).replace(s.find("\"prefetch\": 0, "), 15, ""), "entry 0");
+  // Integers as written: these were taken as 8, 3 and 1.
+  for (const char* v : {"4294967304", "3.9", "true"})
+    expect_error(std::string(s).replace(s.find("\"gemv_rows\": 4"), 14, std::string("\"gemv_rows\": ") + v),
+                 "'gemv_rows' must be an integer");
   tuned_table();
   EXPECT_THROW(set_kernel_config_files({"late.json"}), Error);  // the registry is already built
 }

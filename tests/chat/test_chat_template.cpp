@@ -422,7 +422,14 @@ TEST(ChatTemplate, RenderErrorsNameThePosition) {
   e = error_of("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}");
   EXPECT_TRUE(has(e, "larger than the output's limit of 64 MiB")) << e;
   e = error_of("{{ [[1]]|tojson(indent=1000000000) }}");
-  EXPECT_TRUE(has(e, "indent 1000000000 is over 1000")) << e;
+  EXPECT_TRUE(has(e, "indent 1000000000 is not in [-1, 1000]")) << e;
+  e = error_of("{{ [[1]]|tojson(indent=-1000000000000) }}");  // wrapped to 727379968 as an int
+  EXPECT_TRUE(has(e, "is not in [-1, 1000]")) << e;
+  for (const char* grow : {"[ns.s, ns.s]|join", "ns.s|replace('x', 'xx')", "''.join([ns.s, ns.s])", "ns.s.replace('x', 'xx')"}) {
+    e = error_of(std::string("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ") + grow +
+                 " %}{% endfor %}{{ ns.s|length }}");
+    EXPECT_TRUE(has(e, "larger than the output's limit of 64 MiB")) << grow << ": " << e;
+  }
   e = error_of("{{ 'a'|indent(1000000000000) }}");
   EXPECT_TRUE(has(e, "width 1000000000000 is over 1000")) << e;
   EXPECT_EQ(ChatTemplate::parse("{{ 1e300|int }},{{ (-1e300)|int(7) }}").render(ojson::object()), "0,7");

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -16,7 +17,9 @@
 #include "formats/gguf.h"
 #include "convert/gguf_export.h"
 #include "formats/gguf_model.h"
+#include "formats/gguf_rows.h"
 #include "formats/gguf_writer.h"
+#include "formats/safetensors.h"
 #include "tokenizer/tokenizer.h"
 #include "models/model.h"
 #include "devtools/synthetic.h"
@@ -153,6 +156,29 @@ TEST(GgufConvert, LlamaQKRowsArePermutedAsLlamaCppAndExpertsStacked) {
   EXPECT_TRUE(gm.find_tensor(fmt::format("blk.{}.nextn.eh_proj.weight", cm.config.num_hidden_layers)));
   EXPECT_TRUE(gm.find_tensor("blk.1.post_attention_norm.weight"));
   EXPECT_TRUE(gm.find_tensor("blk.1.exp_probs_b.bias"));
+}
+
+// A llama with q/k/v biases: the Q and K biases are permuted as llama.cpp's converter does
+// (rows of one value) and back, so the GGUF is the same model (they were refused, or crashed).
+TEST(GgufConvert, LlamaQKBiasesArePermutedBothWays) {
+  mxtest::TempDir d;
+  const std::string src = make_model(d, "llama", DType::F32);
+  nlohmann::json cfg = nlohmann::json::parse(mxtest::slurp(src + "/config.json"));
+  cfg["attention_bias"] = true;
+  mxtest::spit(src + "/config.json", cfg.dump());
+  const ModelConfig c = parse_hf_config(cfg);
+  mxtest::rewrite_checkpoint(src, [&](std::vector<NamedTensor>& list, std::vector<OwnedTensor>& keep) {
+    uint32_t seed = 7;
+    for (int l = 0; l < c.num_hidden_layers; ++l)
+      for (const auto& [proj, n] : {std::pair{"q", c.num_attention_heads}, std::pair{"k", c.num_key_value_heads},
+                                    std::pair{"v", c.num_key_value_heads}}) {
+        keep.push_back(OwnedTensor::make(DType::F32, {int64_t(n) * c.head_dim}));
+        for (int64_t i = 0; i < keep.back().t.numel(); ++i)
+          keep.back().t.as<float>()[i] = float((seed = seed * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f;
+        list.push_back({fmt::format("model.layers.{}.self_attn.{}_proj.bias", l, proj), keep.back().t});
+      }
+  });
+  expect_same_model(src, convert(src, d / "b.gguf", GgufOutType::F32));
 }
 
 TEST(GgufConvert, Mxfp4BlocksHaveGgmlNibbleOrder) {
@@ -314,7 +340,11 @@ TEST(GgufConvert, CorruptOrUnsupportedFilesAreClearErrors) {
   // split into heads; a 0-D tensor; an expert stack in a dense model.
   EXPECT_NE(one_tensor("llama", "blk.0.attn_q.weight", {64, 1}).find("do not split into 4 heads"), std::string::npos);
   EXPECT_NE(one_tensor("llama", "blk.0.attn_q.weight", {64, 18}).find("do not split into 4 heads"), std::string::npos);
-  EXPECT_NE(one_tensor("llama", "blk.0.attn_q.bias", {64}).find("do not split into 4 heads"), std::string::npos);
+  EXPECT_NE(one_tensor("llama", "blk.0.attn_q.bias", {18}).find("do not split into 4 heads"), std::string::npos);
+  // A bias of whole heads is permuted as rows of one value, as convert_hf_to_gguf.py does.
+  EXPECT_NE(one_tensor("llama", "blk.0.attn_q.bias", {64}).find("missing tensors"), std::string::npos);
+  EXPECT_TRUE(RowOrder::llama_permutable(std::vector<int64_t>{64}, 4));
+  EXPECT_FALSE(RowOrder::llama_permutable(std::vector<int64_t>{64, 8, 2}, 4));
   {
     // A 0-D tensor, which our writer refuses to write: written 1-D, its n_dims and dim (12 bytes)
     // replaced by n_dims 0 (4 bytes), and a padding string 8 bytes longer, so every offset holds.

@@ -72,6 +72,48 @@ TEST(DpProxy, RoutingUnitsOfPromptsAndChats) {
   EXPECT_EQ(mx::server::routing_units(R"({"messages": [{"role": "user", "content": "x"}]})").size(), 7u);
   EXPECT_THROW(mx::server::routing_units(R"({"max_tokens": 3})"), mx::Error);
   EXPECT_THROW(mx::server::routing_units("[1"), mx::Error);
+  // Nested past kMaxJsonDepth: refused before the prompt is dumped (100,000 levels: SIGSEGV).
+  const std::string deep = R"({"prompt":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  try {
+    mx::server::routing_units(deep);
+    ADD_FAILURE() << "no error";
+  } catch (const mx::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 512 deep"), std::string::npos) << e.what();
+  }
+}
+
+// Found by a probe of the router: replica URLs it cannot use started (a path dropped silently,
+// ftp:// threw on every request and leaked its in-flight count); a streamed request the replica
+// refused went out as a 200 stream holding the 400's JSON.
+TEST(DpProxy, BadReplicaUrlsAreRefusedAndStreamedErrorsKeepTheirStatus) {
+  for (const std::string url : {"notaurl", "", "ftp://127.0.0.1:8001", "http://127.0.0.1:99999", "http://h:1/prefix",
+                                "http://:8001"}) {
+    mx::server::RouterServerOptions o;
+    o.replicas = {url};
+    EXPECT_THROW(mx::server::RouterServer r(o), mx::Error) << url;
+  }
+  for (const std::string url : {"http://127.0.0.1:8001", "https://host", "http://[::1]:8001/"}) {
+    mx::server::RouterServerOptions o;
+    o.replicas = {url};
+    EXPECT_NO_THROW(mx::server::RouterServer r(o)) << url;
+  }
+  TestServer replica(stories_bin(), stories_opts(2));
+  Router router({replica.port()});
+  json good = completion({1, 2, 3}, true);
+  good["model"] = "stories260K";
+  json bad = good;
+  bad["max_tokens"] = -1;
+  auto r = http_request(router.port, "POST", "/v1/completions", bad.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("max_tokens"), std::string::npos) << r.body;
+  EXPECT_EQ(http_request(router.port, "POST", "/v1/completions", completion({1, 2, 3}, true).dump()).status, 404);
+  auto ok = post_stream(router.port, "/v1/completions", good);
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_TRUE(ok.done);
+  Router dead({1});  // nothing listens on port 1
+  EXPECT_EQ(http_request(dead.port, "POST", "/v1/completions", completion({1, 2, 3}, true).dump()).status, 502);
+  auto stats = http_request(dead.port, "GET", "/router/stats");
+  EXPECT_NE(stats.body.find("\"in_flight\":0"), std::string::npos) << stats.body;
 }
 
 // A client that leaves a non-streamed request: the router shuts its upstream

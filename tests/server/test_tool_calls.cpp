@@ -130,6 +130,18 @@ TEST(ToolCalls, EachFamilysFormatParsesWholeAndInAnyChunking) {
   }
 }
 
+// A model's output nesting past kMaxJsonDepth is not a call (parsed, its arguments would be copied
+// and dumped, one recursion per level: 100,000 overflowed the stack); it stays text.
+TEST(ToolCalls, OutputNestedTooDeepIsTextNotACall) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string text = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": " + deep + "}}\n</tool_call>";
+  const ParsedOutput out = parse_tool_calls(request_for(ToolFormat::Hermes), text);
+  EXPECT_TRUE(out.calls.empty());
+  EXPECT_EQ(out.content.size(), text.size());
+  const std::string ok = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": [[1]]}}\n</tool_call>";
+  EXPECT_EQ(parse_tool_calls(request_for(ToolFormat::Hermes), ok).calls.size(), 1u);
+}
+
 TEST(ToolCalls, TemplatesAreRecognisedByTheirCallFormat) {
   const std::pair<const char*, ToolFormat> files[] = {
       {"Qwen-Qwen3-0.6B.jinja", ToolFormat::Hermes},

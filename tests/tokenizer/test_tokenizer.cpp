@@ -395,11 +395,12 @@ TEST(Tokenizer, HfUnsupportedConfigsAreNamed) {
   EXPECT_EQ(tiny->encode("ab", false), (std::vector<int32_t>{2}));
   EXPECT_EQ(tiny->encode("ba", false), (std::vector<int32_t>{1, 0}));
   EXPECT_EQ(tiny->encode("c", false), (std::vector<int32_t>{*tiny->find_token("c")}));
-  // A byte-level vocabulary without a byte's token would drop that byte from any text (llama.cpp
-  // does); so would two texts given one id, or an added token given a vocab entry's id.
+  // A byte-level vocabulary without a byte's token drops that byte from any text, as Hugging Face
+  // tokenizers and llama.cpp do (real ones lack some: bloomz 0x0B); a warning says so at load.
   json no_c = tiny_hf({{"type", "ByteLevel"}, {"use_regex", false}});
   no_c["model"]["vocab"].erase("c");
-  expect_hf_error(no_c, {"lacks 1 of the 256 byte-level tokens (bytes 0x63)"});
+  EXPECT_TRUE(load_json(d, no_c, "no_c.json")->encode("c", false).empty());
+  // Two texts given one id, or an added token given a vocab entry's id: one of them could never encode.
   json dup = tiny_hf({{"type", "ByteLevel"}, {"use_regex", false}});
   dup["model"]["vocab"]["abab"] = 2;
   expect_hf_error(dup, {"share id 2"});
