@@ -8,7 +8,7 @@
 namespace mx {
 
 // Deeper than any real request or tool call; far below what the recursion survives
-// (50,000 levels did, on a 8 MiB stack).
+// (50,000 levels did, on a server thread).
 constexpr int kMaxJsonDepth = 512;
 
 // Whether the arrays and objects of `text` nest at most max_depth deep. Brackets inside
