@@ -48,11 +48,17 @@ class ClientWatch {
   std::thread t_;
 };
 
-// The replica a request was given to, handed back however the forward ends.
+// The replica a request was given to, handed back once its answer is in (before the client is
+// answered, so a client that asks /router/stats next sees it back), or however the forward ends.
 struct Picked {
   PrefixRouter& router;
   int r;
-  ~Picked() { router.done(r); }
+  bool held = true;
+  void release() {
+    if (held) router.done(r);
+    held = false;
+  }
+  ~Picked() { release(); }
 };
 }  // namespace
 
@@ -114,7 +120,7 @@ struct RouterServer::Impl {
       out.respond(std::move(res));
       return;
     }
-    const Picked picked{router, router.pick(units)};
+    Picked picked{router, router.pick(units)};
     const int r = picked.r;
     ++routed[r];
     // The client's key goes on to replicas that check their own (remote `serve --api-key`).
@@ -126,6 +132,7 @@ struct RouterServer::Impl {
       std::optional<ClientWatch> watch(std::in_place, out, *c);
       auto up = c->Post(req.path, h, req.body, "application/json");
       watch.reset();
+      picked.release();
       if (out.client_gone()) return;  // nobody to answer
       if (!up) {
         error_json(res, 502, "replica " + opts.replicas[r] + " unreachable: " + httplib::to_string(up.error()),
@@ -173,6 +180,7 @@ struct RouterServer::Impl {
       const ClientWatch watch(out, *c);
       sent = c->send(up, ur, err);
     }
+    picked.release();
     if (started) {
       if (!sent && client_ok) {
         const std::string msg =
