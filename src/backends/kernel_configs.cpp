@@ -72,9 +72,9 @@ std::vector<TunedEntry> parse_kernel_configs(std::string_view text, const std::s
       // An integer field as written: 3.9, true or 4294967304 (wrapped to 8) were taken as others.
       auto integer = [&](const char* k) {
         const auto& v = e.at(k);
-        MX_CHECK(v.is_number_integer() && v.template get<int64_t>() >= INT32_MIN && v.template get<int64_t>() <= INT32_MAX,
-                 "{}: '{}' must be an integer, got {}", where, k, v.dump());
-        return int(v.template get<int64_t>());
+        const int64_t x = v.is_number_integer() ? v.get<int64_t>() : int64_t(INT32_MAX) + 1;
+        MX_CHECK(x >= INT32_MIN && x <= INT32_MAX, "{}: '{}' must be an integer, got {}", where, k, v.dump());
+        return int(x);
       };
       if (t.op != "attention") {  // attention's entry only says where its bf16 products run ("fma")
         c.gemv_rows = integer("gemv_rows");

@@ -99,8 +99,9 @@ Value f_replace(Renderer& r, const Value& v, Args& a, size_t pos) {
   const Value* n = ar.get(1);
   if (!o || !n) r.fail(pos, "replace() needs old and new");
   const std::string s = to_str(v), from = to_str(*o), to = to_str(*n);
-  check_replace_size(r, s, from, to, ar.integer(2, -1), pos);
-  return Value::str(py_replace(s, from, to, ar.integer(2, -1)));
+  const int64_t count = ar.integer(2, -1);
+  check_replace_size(r, s, from, to, count, pos);
+  return Value::str(py_replace(s, from, to, count));
 }
 Value f_join(Renderer& r, const Value& v, Args& a, size_t pos) {
   ArgReader ar{r, a, pos, "join", {"d", "attribute"}};

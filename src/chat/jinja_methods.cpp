@@ -92,8 +92,9 @@ Value str_method(Renderer& r, const std::string& s, const std::string& m, Args& 
     const Value* n = ar.get(1);
     if (!o || !n) r.fail(pos, "str.replace() takes at least 2 arguments");
     const std::string from = need_str(r, *o, "str.replace()", pos), to = need_str(r, *n, "str.replace()", pos);
-    check_replace_size(r, s, from, to, ar.integer(2, -1), pos);
-    return Value::str(py_replace(s, from, to, ar.integer(2, -1)));
+    const int64_t count = ar.integer(2, -1);
+    check_replace_size(r, s, from, to, count, pos);
+    return Value::str(py_replace(s, from, to, count));
   }
   if (m == "find" || m == "rfind" || m == "count") {
     auto ar = reader({"sub"});

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
-#include <optional>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -129,9 +128,10 @@ struct RouterServer::Impl {
     if (!stream) {
       httplib::Headers h;
       if (!auth.empty()) h.emplace("Authorization", auth);
-      std::optional<ClientWatch> watch(std::in_place, out, *c);
-      auto up = c->Post(req.path, h, req.body, "application/json");
-      watch.reset();
+      httplib::Result up = [&] {
+        const ClientWatch watch(out, *c);
+        return c->Post(req.path, h, req.body, "application/json");
+      }();
       picked.release();
       if (out.client_gone()) return;  // nobody to answer
       if (!up) {

@@ -15,7 +15,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& p) {
+// llama2c: set when p is a llama2.c tokenizer file.
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& p, bool& llama2c) {
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) fail("--tokenizer {}: not a file", p);
   if (is_gguf_file(p)) {
@@ -23,7 +24,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& p) {
     if (!g.has("tokenizer.ggml.model")) fail("--tokenizer {}: the GGUF has no tokenizer.ggml.* metadata", p);
     return load_tokenizer_gguf(g);
   }
-  if (looks_like_llama2c_tokenizer(p)) return load_tokenizer_llama2c(p);
+  if ((llama2c = looks_like_llama2c_tokenizer(p))) return load_tokenizer_llama2c(p);
   if (fs::path(p).extension() == ".json") return load_tokenizer_hf(p);
   if (fs::path(p).extension() == ".bin") return load_tokenizer_llama2c(p);  // fails saying why it is not one
   fail("--tokenizer {}: neither a tokenizer.json, a GGUF nor a llama2.c tokenizer file", p);
@@ -49,10 +50,11 @@ ModelTokenizer load_model_tokenizer(const std::string& model, const std::string&
     if (auto p = find_llama2c_tokenizer(model, llama2c_vocab_size(model))) {
       r.tokenizer = load_tokenizer_llama2c(*p);
       r.path = *p;
+      r.llama2c = true;
     }
     return r;
   }
-  if (!r.path.empty()) r.tokenizer = load_tokenizer_file(r.path);
+  if (!r.path.empty()) r.tokenizer = load_tokenizer_file(r.path, r.llama2c);
   return r;
 }
 
@@ -63,7 +65,7 @@ void ModelTokenizer::check_fits(int model_vocab_size) const {
            model_vocab_size);
   // A llama2.c tokenizer file stores no token count: cut after a whole token it still parses,
   // and only the count tells (300 of 512 tokens loaded and garbled every prompt).
-  if (!is_gguf_file(path) && looks_like_llama2c_tokenizer(path))
+  if (llama2c)
     MX_CHECK(tokenizer->vocab_size == size_t(model_vocab_size),
              "the llama2.c tokenizer {} holds {} tokens, the model's vocabulary {} (a truncated file?)", path,
              tokenizer->vocab_size, model_vocab_size);

@@ -19,6 +19,7 @@ namespace mx {
 struct ModelTokenizer {
   std::unique_ptr<Tokenizer> tokenizer;  // null: none found
   std::string path;                      // the file it came from
+  bool llama2c = false;                  // a llama2.c tokenizer file: one that stores no token count
 
   // An mx::Error when the tokenizer has more ids than the model (fewer is padding), or, read
   // from a llama2.c tokenizer file (which stores no count), not exactly as many.
