@@ -146,10 +146,12 @@ void check_mx_reference(const std::vector<float>& y, const std::vector<float>& x
   }
 }
 
-// The configs to try for bit-identity: every tile shape, prefetch off and on.
+// The configs to try for bit-identity: every tile shape, prefetch off and on (the
+// first distance offered, whichever the default is).
 std::vector<KernelConfig> configs(Isa isa, DType dt) {
   std::vector<KernelConfig> v = matmul_candidates(isa, dt);
-  const int pf = v.empty() ? 0 : v[0].prefetch;
+  const auto on = std::find_if(v.begin(), v.end(), [](const KernelConfig& c) { return c.prefetch != 0; });
+  const int pf = on == v.end() ? 0 : on->prefetch;
   std::erase_if(v, [&](const KernelConfig& c) { return c.prefetch != 0 && c.prefetch != pf; });
   return v;
 }
@@ -451,7 +453,8 @@ TEST(MatmulQuant, Fp8NanCodesPropagate) {
   }
 }
 
-// F32 / BF16 under every config give the same bits too (tiles only group outputs).
+// F32 / BF16 under every config give the same bits too (tiles only group outputs),
+// in the GEMM (9 tokens) and in the GEMV tiles (1, 2 and 4 tokens), prefetching or not.
 TEST(MatmulQuant, FloatConfigsBitwiseIdentical) {
   std::mt19937 rng(17);
   std::vector<float> w = mxtest::randn(size_t(77 * 301), rng), x = mxtest::randn(size_t(9 * 301), rng);
@@ -463,8 +466,14 @@ TEST(MatmulQuant, FloatConfigsBitwiseIdentical) {
       std::vector<float> ref(9 * 77), y(9 * 77);
       matmul_isa(isa, ref.data(), x.data(), t, 9, pool2());
       for (const KernelConfig& c : configs(isa, dt)) {
+        const std::string what = std::string(isa_name(isa)) + " " + dtype_name(dt) + " gemv rows " +
+                                 std::to_string(c.gemv_rows) + " prefetch " + std::to_string(c.prefetch);
         matmul_with_config(isa, c, y.data(), x.data(), t, 9, pool2());
-        EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4)) << isa_name(isa) << " " << dtype_name(dt);
+        EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4)) << what;
+        for (int64_t n : {1, 2, 4}) {
+          matmul_with_config(isa, c, y.data(), x.data() + 301, t, n, pool2());
+          EXPECT_EQ(0, std::memcmp(y.data(), ref.data() + 77, size_t(n * 77) * 4)) << what << ", " << n << " tokens";
+        }
       }
     }
 }
