@@ -6,7 +6,8 @@ the first argument; nothing of llama.cpp lives in this repo) alternately, engine
 by engine, round by round, at each thread count, so both see the same machine
 load; then prints one markdown table row per (model, threads) with medians and
 min-max of prefill and decode tok/s, the mxserve / llama.cpp ratios, the CPU
-model and the STREAM-like read bandwidth at each thread count (bench_kernels).
+model and the STREAM-like read bandwidth at each thread count (bench_kernels), plain
+and with software prefetch.
 
 Decode is timed after the prompt in both engines: bench_decode generates after
 prefilling it, and llama-bench's tg test gets `-d PROMPT` (its depth: that many
@@ -74,10 +75,11 @@ def llama(bench, model, threads, prompt, tokens, depth, extra):
 
 
 def stream_read(threads):
-    out = run([os.path.join(BUILD, "bench_kernels"), "--benchmark_filter=BM_StreamRead", "--benchmark_format=json"],
-              {"MXSERVE_THREADS": str(threads)})
-    bench = json.loads(out)["benchmarks"][0]
-    return float(bench["GB/s"]) / 1e9 if bench["GB/s"] > 1e6 else float(bench["GB/s"])
+    """GB/s of the plain read and of the read with software prefetch (bench_kernels)."""
+    out = run([os.path.join(BUILD, "bench_kernels"), "--benchmark_filter=^BM_StreamRead(Prefetch)?/",
+               "--benchmark_format=json"], {"MXSERVE_THREADS": str(threads)})
+    gbs = {b["name"].split("/")[0]: float(b["GB/s"]) for b in json.loads(out)["benchmarks"]}
+    return gbs["BM_StreamRead"], gbs["BM_StreamReadPrefetch"]
 
 
 def cpu_model():
@@ -112,7 +114,8 @@ def main():
     threads = [int(t) for t in a.threads.split(",") if t]
     print(f"CPU: {cpu_model()}")
     for t in threads:
-        print(f"STREAM-like read, {t} thread(s): {stream_read(t):.1f} GB/s")
+        plain, prefetched = stream_read(t)
+        print(f"STREAM-like read, {t} thread(s): {plain:.1f} GB/s, {prefetched:.1f} with software prefetch")
     print(f"prompt {a.prompt}, tokens {a.tokens}, llama.cpp decode at depth {depth}, llama-bench options "
           f"{' '.join(extra) or '(none)'}, {a.rounds} rounds, engines alternating; medians (min-max)\n")
     print("| model | T | mxserve prefill / decode tok/s | llama.cpp prefill / decode | ratio prefill / decode |")
