@@ -233,10 +233,16 @@ TEST(MatmulQuant, Mxfp4BatchInvariantBitwise) {
       }
       if (!p.avx2_no_vnni)
         for (const KernelConfig& c : configs(p.isa, DType::MXFP4)) {
+          const std::string cfg = what + " config " + std::to_string(c.gemv_rows) + "/" +
+                                  std::to_string(c.tile_tokens) + "x" + std::to_string(c.tile_rows) + " prefetch " +
+                                  std::to_string(c.prefetch);
           std::vector<float> yc(full2.size());
           matmul_with_config(p.isa, c, yc.data(), x.data(), wt, s.n, pool2());
-          EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), yc.size() * 4))
-              << what << " config " << c.gemv_rows << "/" << c.tile_tokens << "x" << c.tile_rows;
+          EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), yc.size() * 4)) << cfg;
+          for (int64_t n : {1, 2, 3}) {  // the GEMV tiles under this config
+            matmul_with_config(p.isa, c, yc.data(), x.data(), wt, n, pool2());
+            EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), size_t(n * s.out) * 4)) << cfg << ", " << n << " tokens";
+          }
         }
     }
 }
@@ -412,7 +418,8 @@ TEST(MatmulQuant, Fp8BatchInvariantBitwise) {
   struct Shape { int64_t out, in, n; };
   for (bool vbmi : fp8_lookups())
   for (Isa isa : cpu_isas())
-    for (Shape s : {Shape{300, 1000, 17}, Shape{130, 200, 6}, Shape{40, 4500, 19}}) {  // 4500: column blocks
+    // 4500: column blocks; 203: a partial last chunk.
+    for (Shape s : {Shape{300, 1000, 17}, Shape{130, 200, 6}, Shape{40, 4500, 19}, Shape{24, 203, 7}}) {
       const Fp8Lookup lookup(vbmi);
       const std::string what = label(isa_name(isa), s.out, s.in, s.n) + lookup_name(vbmi);
       Fp8Weights w = make_fp8(s.out, s.in, true, rng);
@@ -428,10 +435,15 @@ TEST(MatmulQuant, Fp8BatchInvariantBitwise) {
             << what << " row " << t << " (1 token vs batch)";
       }
       for (const KernelConfig& c : configs(isa, DType::F8_E4M3)) {
+        const std::string cfg = what + " config " + std::to_string(c.gemv_rows) + "/" + std::to_string(c.tile_tokens) +
+                                "x" + std::to_string(c.tile_rows) + " prefetch " + std::to_string(c.prefetch);
         std::vector<float> yc(full2.size());
         matmul_with_config(isa, c, yc.data(), x.data(), wt, s.n, pool2());
-        EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), yc.size() * 4))
-            << what << " config " << c.gemv_rows << "/" << c.tile_tokens << "x" << c.tile_rows;
+        EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), yc.size() * 4)) << cfg;
+        for (int64_t n : {1, 2, 3}) {  // the GEMV tiles under this config
+          matmul_with_config(isa, c, yc.data(), x.data(), wt, n, pool2());
+          EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), size_t(n * s.out) * 4)) << cfg << ", " << n << " tokens";
+        }
       }
     }
 }
