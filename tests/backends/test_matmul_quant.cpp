@@ -156,6 +156,23 @@ std::vector<KernelConfig> configs(Isa isa, DType dt) {
   return v;
 }
 
+std::string config_name(const KernelConfig& c) {
+  return " config " + std::to_string(c.gemv_rows) + "/" + std::to_string(c.tile_tokens) + "x" +
+         std::to_string(c.tile_rows) + " prefetch " + std::to_string(c.prefetch);
+}
+
+// Under config c, calls of n = 1 .. 4 tokens on x (the GEMV tiles: 1, 2 + 1 and 4 at a
+// time) give the bits of the first n rows of ref, the batch's result.
+void expect_gemv_tiles_match(Isa isa, const KernelConfig& c, const float* x, const Tensor& w, const float* ref,
+                             const std::string& what) {
+  const int64_t out = w.dim(0);
+  std::vector<float> y(size_t(4 * out));
+  for (int64_t n : {1, 2, 3, 4}) {
+    matmul_with_config(isa, c, y.data(), x, w, n, pool2());
+    EXPECT_EQ(0, std::memcmp(y.data(), ref, size_t(n * out) * 4)) << what << ", " << n << " tokens";
+  }
+}
+
 std::string label(const std::string& path, int64_t out, int64_t in, int64_t n) {
   return path + " out=" + std::to_string(out) + " in=" + std::to_string(in) + " n=" + std::to_string(n);
 }
@@ -233,16 +250,10 @@ TEST(MatmulQuant, Mxfp4BatchInvariantBitwise) {
       }
       if (!p.avx2_no_vnni)
         for (const KernelConfig& c : configs(p.isa, DType::MXFP4)) {
-          const std::string cfg = what + " config " + std::to_string(c.gemv_rows) + "/" +
-                                  std::to_string(c.tile_tokens) + "x" + std::to_string(c.tile_rows) + " prefetch " +
-                                  std::to_string(c.prefetch);
           std::vector<float> yc(full2.size());
           matmul_with_config(p.isa, c, yc.data(), x.data(), wt, s.n, pool2());
-          EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), yc.size() * 4)) << cfg;
-          for (int64_t n : {1, 2, 3}) {  // the GEMV tiles under this config
-            matmul_with_config(p.isa, c, yc.data(), x.data(), wt, n, pool2());
-            EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), size_t(n * s.out) * 4)) << cfg << ", " << n << " tokens";
-          }
+          EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), yc.size() * 4)) << what << config_name(c);
+          expect_gemv_tiles_match(p.isa, c, x.data(), wt, full2.data(), what + config_name(c));
         }
     }
 }
@@ -435,15 +446,10 @@ TEST(MatmulQuant, Fp8BatchInvariantBitwise) {
             << what << " row " << t << " (1 token vs batch)";
       }
       for (const KernelConfig& c : configs(isa, DType::F8_E4M3)) {
-        const std::string cfg = what + " config " + std::to_string(c.gemv_rows) + "/" + std::to_string(c.tile_tokens) +
-                                "x" + std::to_string(c.tile_rows) + " prefetch " + std::to_string(c.prefetch);
         std::vector<float> yc(full2.size());
         matmul_with_config(isa, c, yc.data(), x.data(), wt, s.n, pool2());
-        EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), yc.size() * 4)) << cfg;
-        for (int64_t n : {1, 2, 3}) {  // the GEMV tiles under this config
-          matmul_with_config(isa, c, yc.data(), x.data(), wt, n, pool2());
-          EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), size_t(n * s.out) * 4)) << cfg << ", " << n << " tokens";
-        }
+        EXPECT_EQ(0, std::memcmp(yc.data(), full2.data(), yc.size() * 4)) << what << config_name(c);
+        expect_gemv_tiles_match(isa, c, x.data(), wt, full2.data(), what + config_name(c));
       }
     }
 }
@@ -466,7 +472,7 @@ TEST(MatmulQuant, Fp8NanCodesPropagate) {
 }
 
 // F32 / BF16 under every config give the same bits too (tiles only group outputs),
-// in the GEMM (9 tokens) and in the GEMV tiles (1, 2 and 4 tokens), prefetching or not.
+// in the GEMM (9 tokens) and in the GEMV tiles (1 to 4 tokens from row 1), prefetching or not.
 TEST(MatmulQuant, FloatConfigsBitwiseIdentical) {
   std::mt19937 rng(17);
   std::vector<float> w = mxtest::randn(size_t(77 * 301), rng), x = mxtest::randn(size_t(9 * 301), rng);
@@ -478,14 +484,10 @@ TEST(MatmulQuant, FloatConfigsBitwiseIdentical) {
       std::vector<float> ref(9 * 77), y(9 * 77);
       matmul_isa(isa, ref.data(), x.data(), t, 9, pool2());
       for (const KernelConfig& c : configs(isa, dt)) {
-        const std::string what = std::string(isa_name(isa)) + " " + dtype_name(dt) + " gemv rows " +
-                                 std::to_string(c.gemv_rows) + " prefetch " + std::to_string(c.prefetch);
+        const std::string what = std::string(isa_name(isa)) + " " + dtype_name(dt) + config_name(c);
         matmul_with_config(isa, c, y.data(), x.data(), t, 9, pool2());
         EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4)) << what;
-        for (int64_t n : {1, 2, 4}) {
-          matmul_with_config(isa, c, y.data(), x.data() + 301, t, n, pool2());
-          EXPECT_EQ(0, std::memcmp(y.data(), ref.data() + 77, size_t(n * 77) * 4)) << what << ", " << n << " tokens";
-        }
+        expect_gemv_tiles_match(isa, c, x.data() + 301, t, ref.data() + 77, what);
       }
     }
 }

@@ -546,13 +546,14 @@ std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   // of 32, 128 and 256 on Intel Xeon, BENCHMARKS.md). A kernel set without the
   // regrouping GEMM starts from the L1-sized chunk.
   std::vector<std::pair<int, int>> blk = {{256, 0}, {32, 512}};
-  // AVX2's float tiles also try smaller row blocks (CPUs with 512 KiB of L2, AMD Zen 3:
-  // 896 x 4864 bf16, 64 tokens, 8.8-9.2 ms against 9.9 at 32 / 512).
-  if (isa == Isa::Avx2 && dtype != DType::MXFP4) blk.insert(blk.end(), {{24, 256}, {24, 128}});
   if (dtype == DType::MXFP4) {
     blk = dk->mx_regroup ? std::vector<std::pair<int, int>>{{256, 256}, {32, 256}, {256, 0}}
                          : std::vector<std::pair<int, int>>{{32, 256}, {256, 0}};
     if (isa == Isa::Avx2 && dk->mx_regroup) blk.insert(blk.begin(), {128, 256});
+  } else if (isa == Isa::Avx2) {
+    // AVX2's float tiles also try smaller row blocks (CPUs with 512 KiB of L2, AMD Zen 3:
+    // 896 x 4864 bf16, 64 tokens, 8.8-9.2 ms against 9.9 at 32 / 512).
+    blk.insert(blk.end(), {{24, 256}, {24, 128}});
   }
   std::vector<std::pair<int, int>> fma_blk = blk;  // the float tiles', a larger chunk first
   fma_blk.insert(fma_blk.begin(), {1024, 0});

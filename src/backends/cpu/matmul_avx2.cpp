@@ -77,9 +77,7 @@ inline float hsum(__m256 v) {
 }
 
 // y[t0 .. t0+TT, r0 .. r0+R): each output one accumulator, chunks in order. PF (the
-// GEMV tiles): software prefetch a.prefetch bytes ahead on each row, one per 64-byte
-// line, near the rows' end the start of the next tile's rows (as the AVX-512 GEMV);
-// it adds no arithmetic, so every output keeps its bits.
+// GEMV tiles): software prefetch a.prefetch bytes ahead (prefetch_rows, matmul_impl.h).
 template <class L, int TT, int R, bool PF = false>
 void dot_tile(const Args& a, int64_t t0, int64_t r0) {
   using T = typename L::T;
@@ -123,9 +121,7 @@ void dot_tile(const Args& a, int64_t t0, int64_t r0) {
     int64_t i = i0;
     if (PF && ahead > 0)
       for (; i + kLine <= i1; i += kLine) {
-        const T* pf = w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
+        prefetch_rows<R>(w, i, ahead, in);
 #pragma GCC unroll 8
         for (int c = 0; c < kLine; c += V) full(i + c, sc);
       }
@@ -306,7 +302,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       if (PF && ahead > 0) {
-        const uint8_t* pf = w + r * rb + hx * 128 + ahead + (hx * 128 + ahead < rb ? 0 : (R - 1) * rb);
+        const uint8_t* pf = prefetch_target(w + r * rb, hx * 128, ahead, rb, R);
         _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(pf + 64), _MM_HINT_T0);
       }

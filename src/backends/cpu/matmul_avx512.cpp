@@ -161,14 +161,7 @@ void stream_tile(const Args& a, int64_t t0, int64_t r0) {
   col_blocks<L, R>(a, r0, [&](int64_t i0, int64_t i1, const __m512* sc) __attribute__((always_inline)) {
     int64_t i = i0;
     for (; i + kStep <= i1; i += kStep) {
-      if (ahead > 0) {
-        // Near the end of the rows, fetch the start of the next tile's rows instead
-        // (row r + R is R - 1 rows past row r + 1): +40% GB/s on 896-wide bf16 rows.
-        const T* pf = w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-          _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
-      }
+      prefetch_rows<R>(w, i, ahead, in);
 #pragma GCC unroll 4
       for (int c = 0; c < kStep; c += V) chunk(i + c, sc, full_w, full_x);
     }
@@ -236,12 +229,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
     for (int r = 0; r < R; ++r) sc[r] = Fp8W::scale(a, r0 + r, kb);
     int64_t i = i0;
     for (; i + 32 <= i1; i += 32) {
-      if (PF && ahead > 0 && !(i & 63)) {
-        const uint8_t* pf = w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r)
-          _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
-      }
+      if (PF) prefetch_rows<R>(w, i, ahead, in);
       __m512 wv[R][2];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) cvt32(w + r * in + i, sc[r], wv[r][0], wv[r][1]);
@@ -519,7 +507,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
     for (int r = 0; r < R; ++r) {
       const uint8_t* wr = w + r * rb + G * 256;
       if (PF && ahead > 0) {
-        const uint8_t* pf = wr + ahead + (G * 256 + ahead < rb ? 0 : (R - 1) * rb);
+        const uint8_t* pf = prefetch_target(w + r * rb, G * 256, ahead, rb, R);
 #pragma GCC unroll 4
         for (int c = 0; c < 256; c += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + c), _MM_HINT_T0);
       }

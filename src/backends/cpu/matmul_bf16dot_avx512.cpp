@@ -157,17 +157,6 @@ MX_INLINE void finish(const Args& a, Cols cols, int64_t k_end, int64_t t0, int64
   store_hsums(a.y + t0 * a.out + r0, a.out, acc);
 }
 
-// The GEMV tiles' software prefetch at column i of R rows of T (row stride in): once per
-// 64 bytes of weights, the line `ahead` elements on in each row; near the end of the
-// rows, the start of the next tile's rows instead.
-template <int R, class T>
-MX_INLINE void prefetch_rows(const T* w, int64_t i, int64_t ahead, int64_t in) {
-  if (ahead <= 0 || ((i * int64_t(sizeof(T))) & 63)) return;
-  const T* pf = w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(pf + r * in), _MM_HINT_T0);
-}
-
 // y[t0 .. t0+TT, r0 .. r0+R) from the weight source's rows. PF: software prefetch
 // a.prefetch bytes ahead on each row, one 64-byte line per 64 bytes of weights
 // (every chunk of bf16, every other of FP8; the GEMV tiles, as stream_tile in
