@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -134,6 +135,54 @@ TEST(ThreadPool, NestedLoopsRunInline) {
     for (int64_t i = b; i < e; ++i) pool.parallel_for(10, [&](int64_t x, int64_t y) { total += int(y - x); });
   });
   EXPECT_EQ(total.load(), 40);
+}
+
+// claim_each: every item once; each worker index held by one thread at a time.
+TEST(ThreadPool, ClaimEachRunsEveryItemOnceWithDistinctWorkers) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 2, 3, 7, 500}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    std::atomic<int> busy[3] = {0, 0, 0};
+    std::atomic<int> bad{0};
+    pool.claim_each(n, [&](int64_t i, int w) {
+      if (w < 0 || w >= std::min<int64_t>(3, n)) return void(++bad);
+      if (busy[w].fetch_add(1) != 0) ++bad;
+      hits[size_t(i)]++;
+      busy[w].fetch_sub(1);
+    });
+    EXPECT_EQ(bad.load(), 0) << n;
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[size_t(i)].load(), 1) << n << " " << i;
+  }
+  // Nested in a loop of the pool: inline, on worker 0.
+  std::atomic<int> total{0}, nonzero{0};
+  pool.parallel_for(4, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      pool.claim_each(10, [&](int64_t, int w) { ++total, nonzero += w != 0; });
+  });
+  EXPECT_EQ(total.load(), 40);
+  EXPECT_EQ(nonzero.load(), 0);
+}
+
+// The point of claim_each: a thread held up on one item (a slow core) does not keep
+// the rest waiting. Item 0 waits until every other item has run, which parallel_for's
+// fixed ranges could never give (item 1 is in item 0's range); here the other
+// threads take them all.
+TEST(ThreadPool, ClaimEachLetsFreeThreadsTakeASlowThreadsShare) {
+  ThreadPool pool(2);
+  constexpr int64_t n = 64;
+  std::atomic<int64_t> done{0};
+  std::atomic<bool> waited_out{false};
+  pool.claim_each(n, [&](int64_t i, int) {
+    if (i == 0) {
+      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (done.load() < n - 1)
+        if (std::chrono::steady_clock::now() > limit) return void(waited_out = true);
+        else std::this_thread::yield();
+    }
+    ++done;
+  });
+  EXPECT_FALSE(waited_out.load());
+  EXPECT_EQ(done.load(), n);
 }
 
 TEST(Arena, OverflowIsAnErrorAndRewindReuses) {

@@ -177,10 +177,10 @@ void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float
     }
   };
   // Longest first, each to the least loaded worker (cost: rows x keys); returns the
-  // largest load. The deal only decides who computes an item, never how.
+  // largest load, by which the item size is chosen. Who computes an item never
+  // changes how.
   auto cost = [&](const Item& it) { return int64_t(it.r1 - it.r0) * (it.pos0 + (it.r1 - 1) / group + 1); };
   std::vector<int>& order = s.order;
-  std::vector<int>& worker = s.worker;
   std::vector<int64_t>& load = s.load;
   int nw = 1;
   auto deal = [&] {
@@ -188,12 +188,8 @@ void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return cost(items[x]) > cost(items[y]); });
     nw = std::max(1, std::min<int>(pool.size(), int(items.size())));
-    worker.resize(items.size());
     load.assign(size_t(nw), 0);
-    for (int i : order) {
-      const int w = int(std::min_element(load.begin(), load.end()) - load.begin());
-      worker[i] = w, load[w] += cost(items[i]);
-    }
+    for (int i : order) *std::min_element(load.begin(), load.end()) += cost(items[i]);
     return *std::max_element(load.begin(), load.end());
   };
   make_items(k->item_rows);
@@ -213,11 +209,10 @@ void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float
   deal();
   const int64_t per = k->scratch_floats(a);
   s.floats.resize(size_t(nw) * per);
-  pool.parallel_for(nw, [&](int64_t wb, int64_t we) {
-    for (int64_t w = wb; w < we; ++w)
-      for (int i : order)
-        if (worker[i] == w) k->run(c, items[i], s.floats.data() + w * per);
-  });
+  // The deal above sized the items; they run claimed longest first by whichever
+  // worker is free (ThreadPool::claim_each), which also absorbs a slower core.
+  pool.claim_each(int64_t(order.size()),
+                  [&](int64_t i, int w) { k->run(c, items[size_t(order[size_t(i)])], s.floats.data() + w * per); });
 }
 
 }  // namespace mx

@@ -133,7 +133,7 @@ Kernel avx2_attention_kernel();
 struct AttnScratch {
   std::vector<float> floats;  // per-worker kernel scratch
   std::vector<attn_detail::Item> items;
-  std::vector<int> order, worker;
+  std::vector<int> order;
   std::vector<int64_t> load;
 };
 
@@ -162,7 +162,7 @@ bool set_attention_bf16_fma(bool on);
 // The whole op: validates the arguments (clear errors for bad head counts,
 // negative positions), splits the batch into work items (runs of consecutive
 // positions of one sequence x KV head x up to a few row tiles), deals them to
-// the pool's workers longest first and runs the ISA's kernel. Bf16 products on
+// the pool's workers longest first as they free up and runs the ISA's kernel. Bf16 products on
 // an ISA or CPU without them are an error.
 void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float* q, int q_stride, const PagedKV& kv,
                          const AttnArgs& a, const int32_t* block_tables, int max_blocks, const int32_t* seq,

@@ -96,17 +96,13 @@ class CpuBackend final : public Backend {
     scratch_.reserve(size_t(nw) * T * M * 2 * 4 + 256);
     float* gather_all = scratch_.alloc(size_t(nw) * T * M * 2);
     // Heads in parallel, each matmul on the calling worker (nested parallel_for runs inline).
-    pool_.parallel_for(nw, [&](int64_t wb, int64_t we) {
-      for (int64_t wk = wb; wk < we; ++wk) {
-        float* xin = gather_all + size_t(wk) * T * M * 2;
-        float* yout = xin + size_t(T) * M;
-        for (int h = int(wk); h < nH; h += nw) {
-          const int64_t in = w[h].in, out = w[h].out;
-          for (int64_t t = 0; t < T; ++t) std::memcpy(xin + t * in, x + t * xs + h * xhs, in * sizeof(float));
-          mx::matmul(yout, xin, view(w[h]), T, pool_);
-          for (int64_t t = 0; t < T; ++t) std::memcpy(y + t * ys + h * yhs, yout + t * out, out * sizeof(float));
-        }
-      }
+    pool_.claim_each(nH, [&](int64_t h, int wk) {
+      float* xin = gather_all + size_t(wk) * T * M * 2;
+      float* yout = xin + size_t(T) * M;
+      const int64_t in = w[h].in, out = w[h].out;
+      for (int64_t t = 0; t < T; ++t) std::memcpy(xin + t * in, x + t * xs + h * xhs, in * sizeof(float));
+      mx::matmul(yout, xin, view(w[h]), T, pool_);
+      for (int64_t t = 0; t < T; ++t) std::memcpy(y + t * ys + h * yhs, yout + t * out, out * sizeof(float));
     });
     scratch_.reset();
   }
@@ -264,9 +260,10 @@ class CpuBackend final : public Backend {
   // Expert outputs for n_pairs (input row, expert) pairs, and the shared expert
   // over xs [ts rows] into outs, in one parallel schedule: the shared expert is
   // one more work item whose router always picks it. Items (every active expert
-  // with its rows) are dealt to workers longest first; each runs single-threaded
-  // on its worker, so experts execute in parallel and each result is
-  // independent of the split.
+  // with its rows) are claimed by the workers as they free up, longest first
+  // (ThreadPool::claim_each: an expert's cost is not its rows alone, and a core
+  // may run slower than the other); each runs single-threaded on its worker, so
+  // experts execute in parallel and each result is independent of the split.
   void run_pairs(float* slots, const float* xin, const int32_t* in_row, const int32_t* pe, int64_t n_pairs,
                  const ExpertWeights& w, const float* xs, float* outs, int64_t ts) {
     const int E = w.n_experts();
@@ -297,43 +294,24 @@ class CpuBackend final : public Backend {
     int64_t max_rows = ts;
     for (int e = 0; e < E; ++e) max_rows = std::max(max_rows, rows_of(e));
     std::stable_sort(items_.begin(), items_.end(), [&](int a, int b) { return rows_of(a) > rows_of(b); });
-    item_worker_.resize(items_.size());
-    {
-      std::vector<int64_t> load(nw, 0);
-      for (size_t i = 0; i < items_.size(); ++i) {
-        int best = 0;
-        for (int k = 1; k < nw; ++k)
-          if (load[k] < load[best]) best = k;
-        item_worker_[i] = best;
-        load[best] += rows_of(items_[i]);
-      }
-    }
     const size_t R = size_t(std::max<int64_t>(max_rows, 1));
     scratch_.reset();
     scratch_.reserve(size_t(nw) * (2 * R * H + 2 * R * max_hidden) * 4 + 4 * 256);
     float* wx = scratch_.alloc(size_t(nw) * R * H);
     float* wy = scratch_.alloc(size_t(nw) * R * H);
     float* wgu = scratch_.alloc(size_t(nw) * 2 * R * std::max<int64_t>(max_hidden, 1));
-    pool_.parallel_for(nw, [&](int64_t wb, int64_t we) {
-      for (int64_t wk = wb; wk < we; ++wk) {
-        float* xe = wx + size_t(wk) * R * H;
-        float* ye = wy + size_t(wk) * R * H;
-        float* gu = wgu + size_t(wk) * 2 * R * max_hidden;
-        for (size_t i = 0; i < items_.size(); ++i) {
-          if (item_worker_[i] != wk) continue;
-          const int e = items_[i];
-          if (e == E) {
-            swiglu(w.shared_gate, w.shared_up, w.shared_down, xs, outs, ts, gu);
-            continue;
-          }
-          const int64_t n = rows_of(e);
-          for (int64_t r = 0; r < n; ++r)
-            std::memcpy(xe + r * H, xin + size_t(in_row[order_[offs_[e] + r]]) * H, H * sizeof(float));
-          swiglu(w.gate[e], w.up[e], w.down[e], xe, ye, n, gu);
-          for (int64_t r = 0; r < n; ++r)
-            std::memcpy(slots + size_t(order_[offs_[e] + r]) * H, ye + r * H, H * sizeof(float));
-        }
-      }
+    pool_.claim_each(int64_t(items_.size()), [&](int64_t i, int wk) {
+      float* xe = wx + size_t(wk) * R * H;
+      float* ye = wy + size_t(wk) * R * H;
+      float* gu = wgu + size_t(wk) * 2 * R * max_hidden;
+      const int e = items_[size_t(i)];
+      if (e == E) return swiglu(w.shared_gate, w.shared_up, w.shared_down, xs, outs, ts, gu);
+      const int64_t n = rows_of(e);
+      for (int64_t r = 0; r < n; ++r)
+        std::memcpy(xe + r * H, xin + size_t(in_row[order_[offs_[e] + r]]) * H, H * sizeof(float));
+      swiglu(w.gate[e], w.up[e], w.down[e], xe, ye, n, gu);
+      for (int64_t r = 0; r < n; ++r)
+        std::memcpy(slots + size_t(order_[offs_[e] + r]) * H, ye + r * H, H * sizeof(float));
     });
     scratch_.reset();
   }
@@ -343,7 +321,7 @@ class CpuBackend final : public Backend {
   AttnScratch attn_;
   std::vector<float> slots_;
   std::vector<int32_t> in_row_, offs_, order_, prefill_seq_, prefill_pos_;
-  std::vector<int> items_, item_worker_;
+  std::vector<int> items_;
 };
 
 }  // namespace

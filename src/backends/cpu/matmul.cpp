@@ -328,6 +328,8 @@ const DtypeKernels* dtype_kernels(const Kernels& k, DType dt, bool bf16_act = fa
 
 // Below this many multiply-adds a parallel_for costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 15;
+// A matmul's rows go to the pool in this many pieces per thread (run_prepared).
+constexpr int64_t kPiecesPerThread = 4;
 
 }  // namespace
 
@@ -417,8 +419,8 @@ void prepare(Prepared& r, const Kernels& k, Isa isa, float* y, const float* x, c
 }
 
 // Runs n <= kMatmulManyMax prepared matmuls: each one's tiles (grains of rows) in one
-// index space, dealt to the pool at once, or on this thread when all together are
-// too small to split.
+// index space, claimed by the pool in pieces (ThreadPool::claim_each), or on this
+// thread when all together are too small to split.
 void run_prepared(const Prepared* r, int n, ThreadPool& pool) {
   MX_CHECK(n >= 0 && n <= kMatmulManyMax, "matmul: {} matmuls in one region", n);
   int64_t first_unit[kMatmulManyMax + 1] = {0}, macs = 0;
@@ -433,8 +435,12 @@ void run_prepared(const Prepared* r, int n, ThreadPool& pool) {
         r[i].rows((lo - first_unit[i]) * r[i].grain, std::min(r[i].a.out, (hi - first_unit[i]) * r[i].grain));
     }
   };
-  if (macs < kMinParallelMacs) return units(0, first_unit[n]);
-  pool.parallel_for(first_unit[n], units);
+  const int64_t total = first_unit[n];
+  if (macs < kMinParallelMacs || pool.size() == 1) return units(0, total);
+  // Pieces of the index space, claimed by threads as they free up: kPiecesPerThread
+  // per thread, so one slowed thread hands the others its last pieces.
+  const int64_t pieces = std::min(total, int64_t(pool.size()) * kPiecesPerThread);
+  pool.claim_each(pieces, [&](int64_t i, int) { units(total * i / pieces, total * (i + 1) / pieces); });
 }
 
 }  // namespace
