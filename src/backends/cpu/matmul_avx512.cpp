@@ -493,8 +493,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
   const float* xs = qa.s + t0 * qa.nbp;
   const int32_t* xsum = qa.sum12 + t0 * qa.nbp;
   const int64_t ahead = a.prefetch;
-  if (PF && ahead > 0)  // the next tile's scales (small, and a separate stream)
-    for (int64_t off = 0; off < R * nb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(sc + R * nb + off), _MM_HINT_T0);
+  if (PF && ahead > 0) prefetch_next_scales<R>(sc, nb);
   __m512 acc[TT][R];
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
