@@ -101,6 +101,8 @@ void ThreadPool::run(int64_t n, RangeFn fn, int64_t grain) {
   if (job_failed_.load(std::memory_order_relaxed)) std::rethrow_exception(std::exchange(job_error_, nullptr));
 }
 
+bool ThreadPool::runs_inline() const { return n_threads_ == 1 || t_in_pool; }
+
 void set_global_threads(int n) { g_requested_threads = n; }
 
 ThreadPool& global_pool() {

@@ -5,6 +5,7 @@
 // Work is split by output element, never inside a reduction, so results do not
 // depend on the thread count. Workers spin briefly, then sleep (C++20 atomic wait),
 // so a decode step with hundreds of small loops does not pay a futex wake each time.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -54,16 +55,26 @@ class ThreadPool {
   // (measured on a 2-vCPU VM: one thread 20% slower over a whole prefill). worker
   // is in [0, min(size(), n)) and unique among the threads of this call, for
   // per-thread scratch. Which thread runs an item never changes what it computes.
+  // If f throws, that thread stops claiming, the others run on, and the first
+  // exception reaches the caller as parallel_for's does (inline: the items after
+  // it do not run).
   template <typename F>
   void claim_each(int64_t n, F&& f) {
     if (n <= 0) return;
     std::atomic<int64_t> next{0};
     auto claim = [&](int64_t wb, int64_t we) {
-      for (int64_t w = wb; w < we; ++w)  // one w per thread; nested or single-threaded: w = 0 takes all
+      // One w per thread: run() splits m <= size() indices into size() ranges
+      // (do_range), so each holds at most one; inline (nested, one thread, m = 1),
+      // w = 0 takes every item and the other w find none left.
+      for (int64_t w = wb; w < we; ++w)
         for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) f(i, int(w));
     };
     parallel_for(std::min<int64_t>(n_threads_, n), claim);
   }
+
+  // Whether a loop started on this thread now runs on this thread alone (a
+  // one-thread pool, or a call nested in one of the pool's loops).
+  bool runs_inline() const;
 
  private:
   void worker(int idx);

@@ -1,6 +1,7 @@
 // Core: scalar dtype conversions, thread pool coverage, arena bounds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -161,6 +162,22 @@ TEST(ThreadPool, ClaimEachRunsEveryItemOnceWithDistinctWorkers) {
   });
   EXPECT_EQ(total.load(), 40);
   EXPECT_EQ(nonzero.load(), 0);
+}
+
+// An item's exception reaches the caller once every thread has stopped; the other
+// threads run the items left, and the pool stays usable.
+TEST(ThreadPool, ClaimEachPassesAnItemsExceptionOn) {
+  ThreadPool pool(3);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(pool.claim_each(200, [&](int64_t i, int) {
+    if (i == 5) throw std::runtime_error("item 5");
+    ++ran;
+  }), std::runtime_error);
+  EXPECT_GE(ran.load(), 1);
+  EXPECT_LE(ran.load(), 199);
+  std::atomic<int> again{0};
+  pool.claim_each(100, [&](int64_t, int) { ++again; });
+  EXPECT_EQ(again.load(), 100);
 }
 
 // The point of claim_each: a thread held up on one item (a slow core) does not keep

@@ -1,5 +1,5 @@
 // cpu_paged_attention: argument checks, the split of a batch into work items,
-// their deal over the pool, and the scalar ISA's plain loop (attention.h).
+// their run over the pool, and the scalar ISA's plain loop (attention.h).
 #include "backends/cpu/attention.h"
 
 #include <algorithm>
@@ -176,9 +176,9 @@ void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float
       t = e;
     }
   };
-  // Longest first, each to the least loaded worker (cost: rows x keys); returns the
-  // largest load, by which the item size is chosen. Who computes an item never
-  // changes how.
+  // A model of claim_each's schedule (cost: rows x keys): longest first, each to the
+  // worker free first; returns the largest load, by which the item size is chosen.
+  // Who computes an item never changes how.
   auto cost = [&](const Item& it) { return int64_t(it.r1 - it.r0) * (it.pos0 + (it.r1 - 1) / group + 1); };
   std::vector<int>& order = s.order;
   std::vector<int64_t>& load = s.load;

@@ -161,9 +161,9 @@ bool set_attention_bf16_fma(bool on);
 
 // The whole op: validates the arguments (clear errors for bad head counts,
 // negative positions), splits the batch into work items (runs of consecutive
-// positions of one sequence x KV head x up to a few row tiles), deals them to
-// the pool's workers longest first as they free up and runs the ISA's kernel. Bf16 products on
-// an ISA or CPU without them are an error.
+// positions of one sequence x KV head x up to a few row tiles), runs them on
+// the pool's workers longest first, each claimed by the first one free, with the
+// ISA's kernel. Bf16 products on an ISA or CPU without them are an error.
 void cpu_paged_attention(Isa isa, AttnProducts products, float* out, const float* q, int q_stride, const PagedKV& kv,
                          const AttnArgs& a, const int32_t* block_tables, int max_blocks, const int32_t* seq,
                          const int32_t* pos, int64_t n_tokens, ThreadPool& pool, AttnScratch& scratch);

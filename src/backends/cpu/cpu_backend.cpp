@@ -95,7 +95,8 @@ class CpuBackend final : public Backend {
     scratch_.reset();
     scratch_.reserve(size_t(nw) * T * M * 2 * 4 + 256);
     float* gather_all = scratch_.alloc(size_t(nw) * T * M * 2);
-    // Heads in parallel, each matmul on the calling worker (nested parallel_for runs inline).
+    // Heads in parallel, each matmul on the worker that claimed its head (nested pool
+    // loops run inline; a single head runs on the caller, its matmul over the pool).
     pool_.claim_each(nH, [&](int64_t h, int wk) {
       float* xin = gather_all + size_t(wk) * T * M * 2;
       float* yout = xin + size_t(T) * M;
@@ -262,8 +263,9 @@ class CpuBackend final : public Backend {
   // one more work item whose router always picks it. Items (every active expert
   // with its rows) are claimed by the workers as they free up, longest first
   // (ThreadPool::claim_each: an expert's cost is not its rows alone, and a core
-  // may run slower than the other); each runs single-threaded on its worker, so
-  // experts execute in parallel and each result is independent of the split.
+  // may run slower than the other); each runs single-threaded on the worker that
+  // claimed it (a single item: on the caller, its matmuls over the pool), so experts
+  // execute in parallel and each result is independent of the split.
   void run_pairs(float* slots, const float* xin, const int32_t* in_row, const int32_t* pe, int64_t n_pairs,
                  const ExpertWeights& w, const float* xs, float* outs, int64_t ts) {
     const int E = w.n_experts();

@@ -326,7 +326,7 @@ const DtypeKernels* dtype_kernels(const Kernels& k, DType dt, bool bf16_act = fa
   }
 }
 
-// Below this many multiply-adds a parallel_for costs more than it saves.
+// Below this many multiply-adds handing work to the pool costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 15;
 // A matmul's rows go to the pool in this many pieces per thread (run_prepared).
 constexpr int64_t kPiecesPerThread = 4;
@@ -436,7 +436,9 @@ void run_prepared(const Prepared* r, int n, ThreadPool& pool) {
     }
   };
   const int64_t total = first_unit[n];
-  if (macs < kMinParallelMacs || pool.size() == 1) return units(0, total);
+  // Small, or inline anyway (a nested call, e.g. an MoE expert on its worker): one
+  // pass, since pieces run one after another would each re-read the activations.
+  if (macs < kMinParallelMacs || pool.runs_inline()) return units(0, total);
   // Pieces of the index space, claimed by threads as they free up: kPiecesPerThread
   // per thread, so one slowed thread hands the others its last pieces.
   const int64_t pieces = std::min(total, int64_t(pool.size()) * kPiecesPerThread);
