@@ -190,17 +190,38 @@ struct Half {
   __m256 ws;
 };
 
-MX_INLINE void load_half(const uint8_t* wp, const uint8_t* sp, Half& h) {
+// Row bytes past a row's last block are never read: a row's last half, when the
+// row's block count is not a multiple of 8 (Tail, `left` blocks present: 4 of 8 on
+// 896-wide rows), loads only its blocks. The missing ones get weight byte 0 (u8 12
+// after the table) and scale byte 0 (ws +0), as if the row were zero-padded; their
+// activations are zero-padded (QuantAct), so they add +0.
+template <bool Tail = false>
+MX_INLINE void load_half(const uint8_t* wp, const uint8_t* sp, Half& h, int left = 8) {
   const __m256i lut = _mm256_broadcastsi128_si256(
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m256i m0f = _mm256_set1_epi8(0x0F);
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * j));
+    __m256i v;
+    if (!Tail || 2 * j + 2 <= left)
+      v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * j));
+    else if (2 * j + 1 == left)  // block 2j only: the upper 128 bits zero
+      v = _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp + 32 * j)));
+    else
+      v = _mm256_setzero_si256();
     h.lo[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m0f));
     h.hi[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f));
   }
-  __m128i e8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp));
+  __m128i e8;
+  if constexpr (Tail) {
+    // The 8 bytes that end with the row's last scale, shifted down: their first
+    // 8 - left belong to the half before (the caller guarantees one: nb > 8).
+    uint64_t b;
+    std::memcpy(&b, sp + left - 8, 8);
+    e8 = _mm_cvtsi64_si128(int64_t(b >> (8 * (8 - left))));
+  } else {
+    e8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp));
+  }
   e8 = _mm_shuffle_epi8(e8, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(kOrder)));
   const __m256i e = _mm256_cvtepu8_epi32(e8);
   __m256i bits = _mm256_slli_epi32(e, 23);
@@ -235,12 +256,17 @@ MX_INLINE __m256 add_blocks(__m256 acc, __m256i d, __m256i sum12, __m256 ws, __m
 
 // acc[p] = fma(float(d) * ws, s, acc[p]) for the 8 blocks of a half group; xq at
 // the half's first block.
+// nj: the 2-block loads present (4 but in a row's tail: its missing blocks add +0).
 template <bool Vnni>
 MX_INLINE __m256 half_step(__m256 acc, const Half& h, const int8_t* xq, const float* xs,
-                           const int32_t* xsum) {
+                           const int32_t* xsum, int nj = 4) {
   __m256i p[4];
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
+    if (j >= nj) {
+      p[j] = _mm256_setzero_si256();
+      continue;
+    }
     const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + kEven[j]));
     const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + kEven[j] + 64));
     p[j] = pair_dot<Vnni>(_mm256_setzero_si256(), h.lo[j], e, h.hi[j], o);
@@ -254,32 +280,62 @@ MX_INLINE __m256 half_step(__m256 acc, const Half& h, const int8_t* xq, const fl
 
 // An output's two accumulators (its 16 lanes, kOrder within each half) back to natural
 // order, then the AVX-512 tree's first step (lane l + lane l + 8) and the 8-lane tree.
+MX_INLINE __m256 output_lanes(__m256 acc0, __m256 acc1) {
+  const __m256i unperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  return _mm256_add_ps(_mm256_permutevar8x32_ps(acc0, unperm), _mm256_permutevar8x32_ps(acc1, unperm));
+}
+MX_INLINE float output_sum(__m256 acc0, __m256 acc1) { return hsum(output_lanes(acc0, acc1)); }
+
+// hsum of R = 4 or 8 vectors at once, to y[0 .. R): hsum's adds with their operands in
+// the same order (the same bits, NaN payloads included), several rows per instruction.
+// For v = [a0 .. a7]: s4[i] = a[i] + a[i + 4], s2[i] = s4[i] + s4[i + 2], s2[0] + s2[1].
+template <int R>
+MX_INLINE void hsum_rows(const __m256 (&v)[R], float* y) {
+  static_assert(R == 4 || R == 8);
+  __m256 w[2];
+#pragma GCC unroll 2
+  for (int g = 0; g < R / 4; ++g) {
+    const __m256* u = v + 4 * g;
+    const auto s4 = [](__m256 x0, __m256 x1) {  // [s4 of x0 | s4 of x1]
+      return _mm256_add_ps(_mm256_permute2f128_ps(x0, x1, 0x20), _mm256_permute2f128_ps(x0, x1, 0x31));
+    };
+    const __m256d u01 = _mm256_castps_pd(s4(u[0], u[1])), u23 = _mm256_castps_pd(s4(u[2], u[3]));
+    // [s2 of row 0 (2 lanes), s2 of row 2 | s2 of row 1, s2 of row 3] (rows of u)
+    w[g] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(u01, u23)), _mm256_castpd_ps(_mm256_unpackhi_pd(u01, u23)));
+  }
+  if constexpr (R == 4) w[1] = w[0];
+  // [rows 0 2 4 6 | 1 3 5 7], then in order
+  const __m256 s1 = _mm256_add_ps(_mm256_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm256_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m256 rows = _mm256_permutevar8x32_ps(s1, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if constexpr (R == 8) _mm256_storeu_ps(y, rows);
+  else _mm_storeu_ps(y, _mm256_castps256_ps128(rows));
+}
+
 template <int TT, int R>
 MX_INLINE void store_sums(const Args& a, int64_t t0, int64_t r0, const __m256 (&acc)[TT][R][2]) {
-  const __m256i unperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 s8 = _mm256_add_ps(_mm256_permutevar8x32_ps(acc[t][r][0], unperm),
-                                      _mm256_permutevar8x32_ps(acc[t][r][1], unperm));
-      a.y[(t0 + t) * a.out + r0 + r] = hsum(s8);
-    }
+    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.out + r0 + r] = output_sum(acc[t][r][0], acc[t][r][1]);
 }
 
-// Row r's half hx (its packed bytes at wr, scale bytes at sr), zero-padded past the
-// row's last block: padded blocks add +0 (x is zero there).
-MX_INLINE void load_half_padded(const uint8_t* wr, const uint8_t* sr, int64_t left, Half& h) {
+// Row r's half hx (its packed bytes at wr, scale bytes at sr), `left` of its blocks
+// in the row. A tail with no half before it (a row of under 8 blocks, in < 256) has
+// nowhere to read its scales' first bytes from: it is copied, zero-padded.
+MX_INLINE void load_half_padded(const uint8_t* wr, const uint8_t* sr, int64_t left, int64_t hx, Half& h) {
   if (left >= 8) return load_half(wr, sr, h);
+  if (hx > 0) return load_half<true>(wr, sr, h, int(left));
   alignas(32) uint8_t wt[128] = {}, st[8] = {};
   std::memcpy(wt, wr, size_t(left) * 16);
   std::memcpy(st, sr, size_t(left));
   load_half(wt, st, h);
 }
 
-// PF (the GEMV tiles): software prefetch a.prefetch bytes ahead on each row (past the
-// row's end, the next tile's rows) and the next tile's scales, as the AVX-512 GEMV.
-template <bool Vnni, int TT, int R, bool PF = false>
+// TT tokens x R rows, all R rows' halves unpacked before their TT x R products: the
+// GEMM's 2 x 2 tile and the rows its tile shape leaves over (the 1-token GEMV is
+// gemv_tile, below).
+template <bool Vnni, int TT, int R>
 void tile(const Args& a, int64_t t0, int64_t r0) {
   const int64_t nb = a.in / 32, nh = (nb + 7) / 8, rb = a.in / 2;
   const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
@@ -288,8 +344,6 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
   const int8_t* xq = qa.q + t0 * qa.q_stride;
   const float* xs = qa.s + t0 * qa.nbp;
   const int32_t* xsum = qa.sum12 + t0 * qa.nbp;
-  const int64_t ahead = PF ? a.prefetch : 0;
-  if (PF && ahead > 0) prefetch_next_scales<R>(sc, nb);
   __m256 acc[TT][R][2];
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
@@ -299,14 +353,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
     Half h[R];
     const int64_t left = nb - hx * 8;  // blocks of this half present in the row
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      if (PF && ahead > 0) {
-        const uint8_t* pf = prefetch_target(w + r * rb, hx * 128, ahead, rb, R);
-        _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(pf + 64), _MM_HINT_T0);
-      }
-      load_half_padded(w + r * rb + hx * 128, sc + r * nb + hx * 8, left, h[r]);
-    }
+    for (int r = 0; r < R; ++r) load_half_padded(w + r * rb + hx * 128, sc + r * nb + hx * 8, left, hx, h[r]);
     const int k = int(hx & 1);
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t)
@@ -316,6 +363,61 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
                                        xs + t * qa.nbp + hx * 8, xsum + t * qa.nbp + hx * 8);
   }
   store_sums(a, t0, r0, acc);
+}
+
+// The 1-token GEMV: R rows one after another, each to its end. A row's half is
+// consumed as soon as it is unpacked, so the row's 2 accumulators and the half stay
+// in registers (tile<1, R> unpacks all R rows' halves first: 72 ymm of them through
+// the stack for R = 8), and the weights are read as one sequential stream (rows are
+// contiguous), prefetched `a.prefetch` bytes ahead in it. The R rows' sums are reduced
+// together (hsum_rows). Half hx still goes to accumulator hx & 1, the order every
+// path sums in, so every output keeps its bits. Against tile<1, R> (AMD EPYC Zen 3,
+// one thread, weights in cache): 896-wide rows +23%, 4864-wide +19% (BENCHMARKS.md).
+template <bool Vnni, int R, bool PF>
+void gemv_tile(const Args& a, int64_t t0, int64_t r0) {
+  const int64_t nb = a.in / 32, nfull = nb / 8, rb = a.in / 2;
+  const int left = int(nb % 8);
+  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
+  const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
+  const QuantAct& qa = *a.qa;
+  const int8_t* xq = qa.q + t0 * qa.q_stride;
+  const float* xs = qa.s + t0 * qa.nbp;
+  const int32_t* xsum = qa.sum12 + t0 * qa.nbp;
+  const int64_t ahead = PF ? a.prefetch : 0;
+  if (PF && ahead > 0) prefetch_next_scales<R>(sc, nb);
+  __m256 sums[R];
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* wr = w + r * rb;
+    const uint8_t* sr = sc + r * nb;
+    const auto step = [&](int64_t hx, __m256 acc) {
+      if (PF && ahead > 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(wr + hx * 128 + ahead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wr + hx * 128 + ahead + 64), _MM_HINT_T0);
+      }
+      Half h;
+      load_half(wr + hx * 128, sr + hx * 8, h);
+      return half_step<Vnni>(acc, h, xq + hx * 256, xs + hx * 8, xsum + hx * 8);
+    };
+    const auto tail = [&](int64_t hx, __m256 acc) {
+      Half h;
+      load_half_padded(wr + hx * 128, sr + hx * 8, left, hx, h);
+      return half_step<Vnni>(acc, h, xq + hx * 256, xs + hx * 8, xsum + hx * 8, (left + 1) / 2);
+    };
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t hx = 0;
+    for (; hx + 2 <= nfull; hx += 2) {
+      acc0 = step(hx, acc0);
+      acc1 = step(hx + 1, acc1);
+    }
+    if (hx < nfull) {
+      acc0 = step(hx, acc0);
+      if (left) acc1 = tail(hx + 1, acc1);
+    } else if (left) {
+      acc0 = tail(hx, acc0);
+    }
+    sums[r] = output_lanes(acc0, acc1);
+  }
+  hsum_rows(sums, a.y + t0 * a.out + r0);
 }
 
 template <bool Vnni>
@@ -383,7 +485,7 @@ void prep(const Args& a, int64_t, int64_t r0) {
   for (int r = 0; r < R; ++r)
     for (int64_t hx = 0; hx < nh; ++hx) {
       Half h;
-      load_half_padded(w + r * rb + hx * 128, sc + r * nb + hx * 8, nb - hx * 8, h);
+      load_half_padded(w + r * rb + hx * 128, sc + r * nb + hx * 8, nb - hx * 8, hx, h);
       store_regrouped(h.lo, h.hi, t_rows.w + (hx * R + r) * 256);
       _mm256_storeu_ps(t_rows.ws + (hx * R + r) * 8, h.ws);
     }
@@ -452,7 +554,7 @@ constexpr Gemm of() {
 
 template <bool Vnni>
 struct Variants {
-  static constexpr Gemv gemv[] = {{4, tile<Vnni, 1, 4, true>}, {8, tile<Vnni, 1, 8, true>}};
+  static constexpr Gemv gemv[] = {{4, gemv_tile<Vnni, 4, true>}, {8, gemv_tile<Vnni, 8, true>}};
   static constexpr Gemm gemm[] = {gemm::of<Vnni, 4, 1>(), gemm_of<Tiles<Vnni>, 2, 2>()};
   static DtypeKernels kernels() { return {nullptr, gemv, gemm, kOrder, nullptr, regroup_row}; }
 };
