@@ -117,11 +117,23 @@ void dot_tile(const Args& a, int64_t t0, int64_t r0) {
   };
   constexpr int kLine = 64 / int(sizeof(T));  // elements per cache line, a multiple of V
   const int64_t ahead = PF ? a.prefetch / int64_t(sizeof(T)) : 0;
+  // A distance of a whole row or more (short rows: 896 bf16 columns are 28 lines, too
+  // few for the hardware's stream prefetchers to follow 8 of them) prefetches the next
+  // tile in address order instead, R lines per line of each row, so all of it arrives
+  // while this tile computes: 896-wide bf16 rows +16% (AMD EPYC Zen 3, one thread).
+  const char* next_tile = reinterpret_cast<const char*>(w + R * in);
+  const bool linear = ahead >= in;
   col_blocks<L, R>(a, r0, [&](int64_t i0, int64_t i1, const __m256* sc) __attribute__((always_inline)) {
     int64_t i = i0;
     if (PF && ahead > 0)
       for (; i + kLine <= i1; i += kLine) {
-        prefetch_rows<R>(w, i, ahead, in);
+        if (linear) {
+          const char* pf = next_tile + (i / kLine) * R * 64;
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) __builtin_prefetch(pf + r * 64, 0, 3);
+        } else {
+          prefetch_rows<R>(w, i, ahead, in);
+        }
 #pragma GCC unroll 8
         for (int c = 0; c < kLine; c += V) full(i + c, sc);
       }
