@@ -236,8 +236,9 @@ MX_INLINE void load_half(const uint8_t* wp, const uint8_t* sp, Half& h, int left
   }
   e8 = _mm_shuffle_epi8(e8, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(kOrder)));
   const __m256i e = _mm256_cvtepu8_epi32(e8);
+  // 2^(e - 127) is e's bits as an f32 exponent; e = 0 (2^-127, flushed to +0 as
+  // mx_scale does) is +0 already, so only 255 needs its own value, NaN.
   __m256i bits = _mm256_slli_epi32(e, 23);
-  bits = _mm256_andnot_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()), bits);  // 2^-127 flushed
   bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000),
                             _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));  // NaN
   h.ws = _mm256_castsi256_ps(bits);
