@@ -367,13 +367,9 @@ MX_INLINE void load_half_padded(const uint8_t* wr, const uint8_t* sr, int64_t le
 // gemv_tile, below).
 template <bool Vnni, int TT, int R>
 void tile(const Args& a, int64_t t0, int64_t r0) {
-  const int64_t nb = a.in / 32, nh = (nb + 7) / 8, rb = a.in / 2;
-  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
-  const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
+  const MxTileOperands o(a, t0, r0);
+  const int64_t nh = (o.nb + 7) / 8;
   const QuantAct& qa = *a.qa;
-  const int8_t* xq = qa.q + t0 * qa.q_stride;
-  const float* xs = qa.s + t0 * qa.nbp;
-  const int32_t* xsum = qa.sum12 + t0 * qa.nbp;
   __m256 acc[TT][R][2];
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
@@ -381,16 +377,16 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
     for (int r = 0; r < R; ++r) acc[t][r][0] = acc[t][r][1] = _mm256_setzero_ps();
   for (int64_t hx = 0; hx < nh; ++hx) {
     Half h[R];
-    const int64_t left = nb - hx * 8;  // blocks of this half present in the row
+    const int64_t left = o.nb - hx * 8;  // blocks of this half present in the row
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) load_half_padded(w + r * rb + hx * 128, sc + r * nb + hx * 8, left, hx, h[r]);
+    for (int r = 0; r < R; ++r) load_half_padded(o.w + r * o.rb + hx * 128, o.sc + r * o.nb + hx * 8, left, hx, h[r]);
     const int k = int(hx & 1);
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
-        acc[t][r][k] = half_step<Vnni>(acc[t][r][k], h[r], xq + t * qa.q_stride + hx * 256,
-                                       xs + t * qa.nbp + hx * 8, xsum + t * qa.nbp + hx * 8);
+        acc[t][r][k] = half_step<Vnni>(acc[t][r][k], h[r], o.xq + t * qa.q_stride + hx * 256,
+                                       o.xs + t * qa.nbp + hx * 8, o.xsum + t * qa.nbp + hx * 8);
   }
   store_sums(a, t0, r0, acc);
 }
@@ -405,20 +401,15 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
 // one thread, weights in cache): 896-wide rows +23%, 4864-wide +19% (BENCHMARKS.md).
 template <bool Vnni, int R, bool PF>
 void gemv_tile(const Args& a, int64_t t0, int64_t r0) {
-  const int64_t nb = a.in / 32, nfull = nb / 8, rb = a.in / 2;
-  const int left = int(nb % 8);
-  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
-  const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
-  const QuantAct& qa = *a.qa;
-  const int8_t* xq = qa.q + t0 * qa.q_stride;
-  const float* xs = qa.s + t0 * qa.nbp;
-  const int32_t* xsum = qa.sum12 + t0 * qa.nbp;
+  const MxTileOperands o(a, t0, r0);
+  const int64_t nfull = o.nb / 8;
+  const int left = int(o.nb % 8);
   const int64_t ahead = PF ? a.prefetch : 0;
-  if (PF && ahead > 0) prefetch_next_scales<R>(sc, nb);
+  if (PF && ahead > 0) prefetch_next_scales<R>(o.sc, o.nb);
   __m256 sums[R];
   for (int r = 0; r < R; ++r) {
-    const uint8_t* wr = w + r * rb;
-    const uint8_t* sr = sc + r * nb;
+    const uint8_t* wr = o.w + r * o.rb;
+    const uint8_t* sr = o.sc + r * o.nb;
     const auto step = [&](int64_t hx, __m256 acc) {
       if (PF && ahead > 0) {
         _mm_prefetch(reinterpret_cast<const char*>(wr + hx * 128 + ahead), _MM_HINT_T0);
@@ -426,12 +417,12 @@ void gemv_tile(const Args& a, int64_t t0, int64_t r0) {
       }
       Half h;
       load_half(wr + hx * 128, sr + hx * 8, h);
-      return half_step<Vnni>(acc, h, xq + hx * 256, xs + hx * 8, xsum + hx * 8);
+      return half_step<Vnni>(acc, h, o.xq + hx * 256, o.xs + hx * 8, o.xsum + hx * 8);
     };
     const auto tail = [&](int64_t hx, __m256 acc) {
       Half h;
       load_half_padded(wr + hx * 128, sr + hx * 8, left, hx, h);
-      return half_step<Vnni>(acc, h, xq + hx * 256, xs + hx * 8, xsum + hx * 8, (left + 1) / 2);
+      return half_step<Vnni>(acc, h, o.xq + hx * 256, o.xs + hx * 8, o.xsum + hx * 8, (left + 1) / 2);
     };
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t hx = 0;

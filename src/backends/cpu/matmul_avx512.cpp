@@ -484,16 +484,12 @@ MX_INLINE void store_unpermuted(const Args& a, int64_t t0, int64_t r0, __m512 (&
 // row (the GEMV tile).
 template <int TT, int R, bool PF>
 void tile(const Args& a, int64_t t0, int64_t r0) {
-  const int64_t nb = a.in / 32, ng = nb / 16, rb = a.in / 2;
-  const int tail = int(nb % 16);
-  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
-  const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
+  const MxTileOperands o(a, t0, r0);
+  const int64_t ng = o.nb / 16;
+  const int tail = int(o.nb % 16);
   const QuantAct& qa = *a.qa;
-  const int8_t* xq = qa.q + t0 * qa.q_stride;
-  const float* xs = qa.s + t0 * qa.nbp;
-  const int32_t* xsum = qa.sum12 + t0 * qa.nbp;
   const int64_t ahead = a.prefetch;
-  if (PF && ahead > 0) prefetch_next_scales<R>(sc, nb);
+  if (PF && ahead > 0) prefetch_next_scales<R>(o.sc, o.nb);
   __m512 acc[TT][R];
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
@@ -504,13 +500,13 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
     Group g[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const uint8_t* wr = w + r * rb + G * 256;
+      const uint8_t* wr = o.w + r * o.rb + G * 256;
       if (PF && ahead > 0) {
-        const uint8_t* pf = prefetch_target(w + r * rb, G * 256, ahead, rb, R);
+        const uint8_t* pf = prefetch_target(o.w + r * o.rb, G * 256, ahead, o.rb, R);
 #pragma GCC unroll 4
         for (int c = 0; c < 256; c += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + c), _MM_HINT_T0);
       }
-      load_group<Tail>(wr, sc + r * nb + G * 16, tail, g[r]);
+      load_group<Tail>(wr, o.sc + r * o.nb + G * 16, tail, g[r]);
     }
     // Regrouped: 16 shuffles per row, where group_step's reduction takes 9 per token.
     if constexpr (TT >= kMinRegroupTokens) {
@@ -518,15 +514,15 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
       alignas(64) float ws[R * 16];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) store_regrouped(g[r], wg + r * 512, ws + r * 16);
-      regrouped_step<TT, R>(acc, wg, ws, qa.qg + t0 * qa.q_stride + G * 512, qa.q_stride, xs + G * 16, xsum + G * 16,
+      regrouped_step<TT, R>(acc, wg, ws, qa.qg + t0 * qa.q_stride + G * 512, qa.q_stride, o.xs + G * 16, o.xsum + G * 16,
                             qa.nbp);
     } else {
 #pragma GCC unroll 8
       for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
-          acc[t][r] = group_step(acc[t][r], g[r], xq + t * qa.q_stride + G * 512, xs + t * qa.nbp + G * 16,
-                                 xsum + t * qa.nbp + G * 16, Tail ? (tail + 3) / 4 : 4);
+          acc[t][r] = group_step(acc[t][r], g[r], o.xq + t * qa.q_stride + G * 512, o.xs + t * qa.nbp + G * 16,
+                                 o.xsum + t * qa.nbp + G * 16, Tail ? (tail + 3) / 4 : 4);
     }
   };
   for (int64_t G = 0; G < ng; ++G) group(G, std::false_type{});
