@@ -125,7 +125,9 @@ void BM_GemvHot(benchmark::State& st, DType dt, int64_t out, int64_t in) {
     benchmark::DoNotOptimize(p.y.data());
     benchmark::ClobberMemory();
   }
-  st.counters["GB/s"] = per_second(double(p.w[0].t.storage_bytes()) / 1e9);
+  const double bytes = double(p.w[0].t.storage_bytes());
+  st.SetBytesProcessed(int64_t(st.iterations() * bytes));
+  st.counters["GB/s"] = per_second(bytes / 1e9);
   st.SetLabel(matmul_isa_label(best_isa()));
 }
 

@@ -41,7 +41,11 @@ struct KernelConfig {
   int gemv_rows = 8;    // weight rows per decode (GEMV) tile, which streams each row once
   int tile_tokens = 4;  // GEMM tile: tokens ...
   int tile_rows = 6;    //   ... x weight rows, all kept in registers
-  int prefetch = 1024;  // GEMV software prefetch distance, bytes ahead on each row (0: none)
+  // GEMV software prefetch distance in bytes (0: none): ahead on each row in the tiles
+  // that read rows side by side; ahead in the one stream of AVX2's MXFP4 GEMV, which
+  // reads its rows one after another; on AVX2's float GEMV a distance of a whole row
+  // or more prefetches the next tile in address order (matmul_avx2.cpp).
+  int prefetch = 1024;
   // GEMM cache blocking: tokens go in chunks of ~chunk_kib KiB of activations (as the
   // tile reads them: f32, int8 + scales, bf16, or f32 widened from bf16), and
   // (rowblock_kib > 0) rows in blocks of ~rowblock_kib KiB of weights that stay in

@@ -77,7 +77,8 @@ inline float hsum(__m256 v) {
 }
 
 // y[t0 .. t0+TT, r0 .. r0+R): each output one accumulator, chunks in order. PF (the
-// GEMV tiles): software prefetch a.prefetch bytes ahead (prefetch_rows, matmul_impl.h).
+// GEMV tiles): software prefetch a.prefetch bytes ahead on each row (prefetch_rows,
+// matmul_impl.h), or, where that reaches a whole row, the next tile (below).
 template <class L, int TT, int R, bool PF = false>
 void dot_tile(const Args& a, int64_t t0, int64_t r0) {
   using T = typename L::T;
@@ -120,7 +121,8 @@ void dot_tile(const Args& a, int64_t t0, int64_t r0) {
   // A distance of a whole row or more (short rows: 896 bf16 columns are 28 lines, too
   // few for the hardware's stream prefetchers to follow 8 of them) prefetches the next
   // tile in address order instead, R lines per line of each row, so all of it arrives
-  // while this tile computes: 896-wide bf16 rows +16% (AMD EPYC Zen 3, one thread).
+  // while this tile computes: 896-wide bf16 rows +26% (AMD EPYC Zen 3, one thread:
+  // 9.4 -> 11.8 GB/s, BENCHMARKS.md).
   const char* next_tile = reinterpret_cast<const char*>(w + R * in);
   const bool linear = ahead >= in;
   col_blocks<L, R>(a, r0, [&](int64_t i0, int64_t i1, const __m256* sc) __attribute__((always_inline)) {
@@ -192,7 +194,7 @@ struct FloatVariants {
 // AVX-VNNI vpdpbusd where the CPU has it (emitted by inline asm: this file is
 // compiled for plain AVX2), else vpmaddubsw + vpmaddwd (exact here: an int16 lane
 // sums at most 4 products, |4 * 24 * 127| = 12192, before vpmaddwd widens it to
-// int32, so nothing saturates). Both give the same integers.
+// int32, so nothing saturates; pair_dot2 sums 8, 24384). Both give the same integers.
 namespace mx4 {
 
 constexpr uint8_t kOrder[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
@@ -259,9 +261,9 @@ MX_INLINE __m256i pair_dot(__m256i acc, __m256i lo, __m256i xe, __m256i hi, __m2
 
 // pair_dot of two such pairs of vectors whose int32 lanes hold the same blocks (the
 // regrouped rows): without VNNI their 8 products per int16 lane are summed before
-// vpmaddwd widens them, one vpmaddwd where pair_dot takes two. Exact: |8 * 24 * 128|
-// = 24576 < 2^15, so no int16 sum wraps (vpmaddubsw's own 2-product sums do not
-// saturate either: 6144).
+// vpmaddwd widens them, one vpmaddwd where pair_dot takes two. Exact: weights are
+// 0 .. 24, activations -127 .. 127 (QuantAct), so |8 * 24 * 127| = 24384 < 2^15 and
+// no int16 sum wraps (vpmaddubsw's own 2-product sums do not saturate either: 6096).
 template <bool Vnni>
 MX_INLINE __m256i pair_dot2(__m256i acc, __m256i lo0, __m256i xe0, __m256i hi0, __m256i xo0, __m256i lo1,
                             __m256i xe1, __m256i hi1, __m256i xo1) {
@@ -410,7 +412,7 @@ void gemv_tile(const Args& a, int64_t t0, int64_t r0) {
   for (int r = 0; r < R; ++r) {
     const uint8_t* wr = o.w + r * o.rb;
     const uint8_t* sr = o.sc + r * o.nb;
-    const auto step = [&](int64_t hx, __m256 acc) {
+    const auto step = [&](int64_t hx, __m256 acc) __attribute__((always_inline)) {
       if (PF && ahead > 0) {
         _mm_prefetch(reinterpret_cast<const char*>(wr + hx * 128 + ahead), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(wr + hx * 128 + ahead + 64), _MM_HINT_T0);
@@ -419,7 +421,7 @@ void gemv_tile(const Args& a, int64_t t0, int64_t r0) {
       load_half(wr + hx * 128, sr + hx * 8, h);
       return half_step<Vnni>(acc, h, o.xq + hx * 256, o.xs + hx * 8, o.xsum + hx * 8);
     };
-    const auto tail = [&](int64_t hx, __m256 acc) {
+    const auto tail = [&](int64_t hx, __m256 acc) __attribute__((always_inline)) {
       Half h;
       load_half_padded(wr + hx * 128, sr + hx * 8, left, hx, h);
       return half_step<Vnni>(acc, h, o.xq + hx * 256, o.xs + hx * 8, o.xsum + hx * 8, (left + 1) / 2);

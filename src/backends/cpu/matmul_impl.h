@@ -132,7 +132,7 @@ struct Args {
   int64_t chunk_bytes = 256 << 10;  // GEMM: activations kept in cache per chunk of tokens
   int64_t rowblock_bytes = 0;       // GEMM: weights kept in L2 per block of rows (0: all)
   int64_t w_row_bytes = 0;          // bytes of one weight row, scales included
-  int prefetch = 0;              // GEMV prefetch distance, bytes per row
+  int prefetch = 0;              // GEMV prefetch distance in bytes (KernelConfig::prefetch)
   const uint16_t* xb = nullptr;  // bf16 activations [n_tokens][xb_stride] (DtypeKernels::bf16_act)
   int64_t xb_stride = 0;         // elements per token row: `in` rounded up to 32, zero-padded
   // The same activations widened to f32 for the GEMM's FMA tiles (Gemm::fma), per
@@ -189,6 +189,8 @@ constexpr int64_t kSmallBatch = 8;
 // of the next tile's rows instead (row r + R is R - 1 rows past row r + 1): +40% GB/s
 // on 896-wide bf16 rows (AVX-512). prefetch_rows: once per 64 bytes of weights, that
 // line of each of the R rows (prefetcht0; no arithmetic, so no output changes).
+// AVX2's float GEMV uses these only while `ahead` is under a row; from a row up it
+// prefetches the next tile in address order instead (matmul_avx2.cpp, dot_tile).
 template <class T>
 inline const T* prefetch_target(const T* w, int64_t i, int64_t ahead, int64_t in, int R) {
   return w + i + ahead + (i + ahead < in ? 0 : (R - 1) * in);
