@@ -130,9 +130,7 @@ void dot_tile(const Args& a, int64_t t0, int64_t r0) {
     if (PF && ahead > 0)
       for (; i + kLine <= i1; i += kLine) {
         if (linear) {
-          const char* pf = next_tile + (i / kLine) * R * 64;
-#pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) __builtin_prefetch(pf + r * 64, 0, 3);
+          prefetch_lines(next_tile + (i / kLine) * R * 64, R * 64);
         } else {
           prefetch_rows<R>(w, i, ahead, in);
         }
@@ -413,10 +411,7 @@ void gemv_tile(const Args& a, int64_t t0, int64_t r0) {
     const uint8_t* wr = o.w + r * o.rb;
     const uint8_t* sr = o.sc + r * o.nb;
     const auto step = [&](int64_t hx, __m256 acc) __attribute__((always_inline)) {
-      if (PF && ahead > 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(wr + hx * 128 + ahead), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(wr + hx * 128 + ahead + 64), _MM_HINT_T0);
-      }
+      if (PF && ahead > 0) prefetch_lines(wr + hx * 128 + ahead, 128);
       Half h;
       load_half(wr + hx * 128, sr + hx * 8, h);
       return half_step<Vnni>(acc, h, o.xq + hx * 256, o.xs + hx * 8, o.xsum + hx * 8);

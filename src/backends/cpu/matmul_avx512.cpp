@@ -501,11 +501,7 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint8_t* wr = o.w + r * o.rb + G * 256;
-      if (PF && ahead > 0) {
-        const uint8_t* pf = prefetch_target(o.w + r * o.rb, G * 256, ahead, o.rb, R);
-#pragma GCC unroll 4
-        for (int c = 0; c < 256; c += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + c), _MM_HINT_T0);
-      }
+      if (PF && ahead > 0) prefetch_lines(prefetch_target(o.w + r * o.rb, G * 256, ahead, o.rb, R), 256);
       load_group<Tail>(wr, o.sc + r * o.nb + G * 16, tail, g[r]);
     }
     // Regrouped: 16 shuffles per row, where group_step's reduction takes 9 per token.

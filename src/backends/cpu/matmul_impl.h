@@ -203,12 +203,19 @@ inline __attribute__((always_inline)) void prefetch_rows(const T* w, int64_t i, 
   for (int r = 0; r < R; ++r) __builtin_prefetch(pf + r * in, 0, 3);
 }
 
+// Every 64-byte line of the `bytes` bytes at p (prefetcht0), for the kernels that
+// prefetch a run of lines rather than one line per row.
+inline __attribute__((always_inline)) void prefetch_lines(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
 // The MXFP4 GEMV tiles': the next tile's block scales (R rows of nb bytes after this
 // tile's, at sc), every 64-byte line of them, at the start of a tile: small, and a
 // stream apart from the weights'.
 template <int R>
 inline __attribute__((always_inline)) void prefetch_next_scales(const uint8_t* sc, int64_t nb) {
-  for (int64_t off = 0; off < R * nb; off += 64) __builtin_prefetch(sc + R * nb + off, 0, 3);
+  prefetch_lines(sc + R * nb, R * nb);
 }
 
 // ROWS rows as ROWS / RS sub-tiles of RS rows (fewer accumulators than registers):
