@@ -550,8 +550,8 @@ std::vector<KernelConfig> matmul_candidates(Isa isa, DType dtype) {
   // so they also try a larger one (1024 KiB: 896 x 4864 1.24x on Intel Xeon). The
   // MXFP4 GEMMs (the regrouping ones) unpack a tile's rows once per chunk of tokens, so
   // an L2-sized chunk against L2-sized row blocks (an L1-sized chunk is 4 tokens of
-  // 4864-wide rows); AVX2's, whose tile is 4 tokens x 1 row, first try 128 KiB (best
-  // of 32, 128 and 256 on Intel Xeon, BENCHMARKS.md). A kernel set without the
+  // 4864-wide rows); AVX2's first try 128 KiB (best of 32, 128 and 256 on Intel Xeon
+  // for its 4 x 1 tile, BENCHMARKS.md). A kernel set without the
   // regrouping GEMM starts from the L1-sized chunk.
   std::vector<std::pair<int, int>> blk = {{256, 0}, {32, 512}};
   if (dtype == DType::MXFP4) {
