@@ -40,7 +40,7 @@ namespace mx {
 struct KernelConfig {
   int gemv_rows = 8;    // weight rows per decode (GEMV) tile, which streams each row once
   int tile_tokens = 4;  // GEMM tile: tokens ...
-  int tile_rows = 6;    //   ... x weight rows, all kept in registers
+  int tile_rows = 6;    //   ... x weight rows, computed together (accumulators in registers where they fit)
   // GEMV software prefetch distance in bytes (0: none): ahead on each row in the tiles
   // that read rows side by side; ahead in the one stream of AVX2's MXFP4 GEMV, which
   // reads its rows one after another; on AVX2's float GEMV a distance of a whole row

@@ -579,11 +579,13 @@ template <bool Vnni>
 struct Variants {
   static constexpr Gemv gemv[] = {{4, gemv_tile<Vnni, 4, true>}, {8, gemv_tile<Vnni, 8, true>}};
   // 4 x 3 loads each token's activations once for 3 rows, where 4 x 1 loads them once
-  // a row: 1 KiB per half group of 4 tokens, from L2 (a chunk is 128 KiB), which is
-  // likely what held 4 x 1 back (Zen 3's L2 fills L1 at 32 bytes a cycle). On AMD EPYC
-  // Zen 3 (1 thread, 64 tokens) 4 x 3 ran 22-39% faster than 4 x 1 on 4864 x 896,
-  // 896 x 4864, 512 x 1024 and 1024 x 512, and 46 of 47 shapes chose it there; 4 x 2
-  // came between, 4 x 4 and 4 x 6 (more registers spilled) below 4 x 3.
+  // for each row: 1 KiB per half group of 4 tokens and each row, from L2 where the
+  // chunk is larger than L1 (128 or 256 KiB), which is likely what held 4 x 1 back
+  // (Zen 3's L2 fills L1 at 32 bytes a cycle). On AMD EPYC Zen 3 (1 thread, 64 tokens)
+  // 4 x 3 ran 22-38% faster than 4 x 1 on 4864 x 896, 896 x 4864, 512 x 1024 and
+  // 1024 x 512; 4 x 2 came between, 4 x 4 and 4 x 6 behind 4 x 3 (BENCHMARKS.md). Tuned
+  // there at 2 threads, 46 of 47 shapes chose it. AVX-512 CPUs without AVX512-VNNI run
+  // these kernels under the avx512 table, whose MXFP4 entries ask for 4 x 3 too.
   static constexpr Gemm gemm[] = {gemm::of<Vnni, 4, 1>(), gemm_of<Tiles<Vnni>, 2, 2>(), gemm::of<Vnni, 4, 3>()};
   static DtypeKernels kernels() { return {nullptr, gemv, gemm, kOrder, nullptr, regroup_row}; }
 };
