@@ -28,7 +28,16 @@
 #                    --backend cuda` under `mxserve bench` aa-single and
 #                    prefill-heavy (scaled down to fit the time)
 #     summary.txt    the lines that matter from all of the above
-# Device-tool call: run(command="tools/gpu-check.sh run", carry=["gpu-check"], timeout_s=540).
+#   tools/gpu-check.sh host      on the same machine, its own CPU (issue 20: the AMX
+#                                kernels have never run on an AMX CPU, and a GPU host is
+#                                often an Intel Xeon that has AMX): writes host.txt to $OUT
+#     the CPU (lscpu, its AVX-512 / AMX flags); the CPU kernel tests on it (MatmulAmx.*
+#     compares the tile registers with the emulated tiles bit for bit where AMX is
+#     offered); bench_decode's prefill and decode of the medium bf16 Qwen3 with AMX on
+#     (the default) and off (MXSERVE_AMX=0), alternating, at 2 threads and at every
+#     core; `mxserve tune` of MXFP4 for this machine's cpu key (tuned-host.json)
+# Device-tool calls: run(command="tools/gpu-check.sh run", carry=["gpu-check"], timeout_s=540),
+# then, if time is left, run(command="tools/gpu-check.sh host", carry=["gpu-check"], timeout_s=300).
 # MXSERVE_GPU_BACKEND=cpu runs the same steps on the CPU backend with the small
 # preset (a dry run of this script on a machine without a GPU).
 set -euo pipefail
@@ -40,9 +49,9 @@ prepare() {
   local archs=${MXSERVE_GPU_ARCHS:-90}
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXSERVE_CUDA=ON -DMXSERVE_HIP=OFF \
     -DMXSERVE_CUDA_ARCHS="$archs" -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
-  cmake --build build-gpu -j"$(nproc)" --target mxserve mxserve_tests bench_backend
+  cmake --build build-gpu -j"$(nproc)" --target mxserve mxserve_tests bench_backend bench_decode
   rm -rf "$DIR" && mkdir -p "$DIR/bin" "$DIR/lib"
-  for b in mxserve mxserve_tests bench_backend; do
+  for b in mxserve mxserve_tests bench_backend bench_decode; do
     strip -o "$DIR/bin/$b" "build-gpu/$b"
   done
   # Shared libraries beyond the C/C++ runtime: a bare machine has none of them.
@@ -155,8 +164,52 @@ run() {
   grep -E "^== |generated .* tok/s|tok/s, |TTFT|failed" "$out/air.txt" | tee -a "$out/summary.txt" || true
 }
 
+# The lent machine's CPU (see the top of this file). Every step is bounded, and a failed
+# one is written down rather than stopping the rest.
+host() {
+  local out=${OUT:-$DIR/out}
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local bin=$DIR/bin
+  [ -x "$bin/bench_decode" ] || { echo "no $bin/bench_decode: run tools/gpu-check.sh prepare first (and carry $DIR)"; exit 1; }
+  local model=/tmp/mxserve-host-check/qwen3-medium-bf16 rounds=3 prompt=512 tokens=16
+  [ "$BACKEND" = cpu ] && rounds=1 prompt=64 tokens=4  # the dry run: one round, short
+  {
+    echo "host check at $(cat $DIR/commit 2>/dev/null), $(date -u +%FT%TZ)"
+    echo "== cpu"
+    lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^L2|^L3" || true
+    echo "flags: $(grep -o -w -E 'avx512[a-z_0-9]*|amx[a-z_0-9]*|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+    echo "== the CPU kernel tests on this CPU"
+    timeout 300 "$bin/mxserve_tests" \
+      --gtest_filter='Matmul*:CpuAttention.*:Registry.*:KernelConfigs.*:Families/Bf16Activations.*' 2>&1 |
+      grep -E "^\[  (PASSED|FAILED) |^\[  SKIPPED \] [0-9]+ test|^\[ +(OK|FAILED|SKIPPED) +\] MatmulAmx|no AMX" |
+      awk '!seen[$0]++' || echo "(tests failed to run)"
+    echo "== bf16 Qwen3 medium: prefill $prompt tokens, decode $tokens; AMX on (default) and off (MXSERVE_AMX=0)"
+    # bench_decode writes the synthetic model on first use; the first call pays for it.
+    timeout 120 "$bin/bench_decode" "$model" --prompt 8 --tokens 2 >/dev/null 2>&1 || echo "(model not written)"
+    local threads
+    for threads in 2 "$(nproc)"; do
+      for r in $(seq "$rounds"); do
+        for amx in 1 0; do
+          echo "-- threads $threads, round $r, MXSERVE_AMX=$amx"
+          MXSERVE_THREADS=$threads MXSERVE_AMX=$amx timeout 120 "$bin/bench_decode" "$model" --prompt "$prompt" \
+            --tokens "$tokens" 2>&1 | grep -E "^(amx|prefill|decode):" || echo "(failed)"
+        done
+      done
+    done
+    local isa=avx2
+    grep -q -w avx512f /proc/cpuinfo && isa=avx512
+    echo "== mxserve tune of MXFP4 on $isa for this machine's cpu key (2 threads): $out/tuned-host.json"
+    timeout 240 "$bin/mxserve" tune --synthetic --dtypes MXFP4 --isas $isa --threads 2 --out "$out/tuned-host.json" \
+      --replace 2>&1 |
+      grep -E "^tune: (CPU|wrote)" || echo "(tune failed or ran out of time)"
+  } 2>&1 | tee "$out/host.txt"
+  rm -rf /tmp/mxserve-host-check
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
-  *) echo "usage: tools/gpu-check.sh prepare|run (see the top of this file)"; exit 2 ;;
+  host) host ;;
+  *) echo "usage: tools/gpu-check.sh prepare|run|host (see the top of this file)"; exit 2 ;;
 esac
