@@ -63,12 +63,21 @@ prepare() {
   echo "prepared $DIR/ at $(cat "$DIR/commit"): carry it to the GPU machine and run tools/gpu-check.sh run"
 }
 
-run() {
-  local out=${OUT:-$DIR/out}
+# Both checks run the binaries prepare made, from $DIR, and write to $OUT: sets out and bin.
+setup() {
+  out=${OUT:-$DIR/out}
+  bin=$DIR/bin
   mkdir -p "$out"
   export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  local bin=$DIR/bin
-  [ -x "$bin/mxserve" ] || { echo "no $bin/mxserve: run tools/gpu-check.sh prepare first (and carry $DIR)"; exit 1; }
+  local b
+  for b in mxserve mxserve_tests bench_backend bench_decode; do
+    [ -x "$bin/$b" ] || { echo "no $bin/$b: run tools/gpu-check.sh prepare first (and carry $DIR)"; exit 1; }
+  done
+}
+
+run() {
+  local out bin
+  setup
   local preset=medium shape_list="medium air dsv3" min_ms=300 ntok=256
   # GLM-4.5-Air with dummy weights: layers per format (bf16's 46 layers would not fit one GPU), bench scale.
   local air_mx='{}' air_bf='{"num_hidden_layers": 16}' scale=0.05 kv_blocks=4096
@@ -167,11 +176,8 @@ run() {
 # The lent machine's CPU (see the top of this file). Every step is bounded, and a failed
 # one is written down rather than stopping the rest.
 host() {
-  local out=${OUT:-$DIR/out}
-  mkdir -p "$out"
-  export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  local bin=$DIR/bin
-  [ -x "$bin/bench_decode" ] || { echo "no $bin/bench_decode: run tools/gpu-check.sh prepare first (and carry $DIR)"; exit 1; }
+  local out bin
+  setup
   local model=/tmp/mxserve-host-check/qwen3-medium-bf16 rounds=3 prompt=512 tokens=16
   [ "$BACKEND" = cpu ] && rounds=1 prompt=64 tokens=4  # the dry run: one round, short
   {
