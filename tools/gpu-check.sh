@@ -6,7 +6,8 @@
 #   tools/gpu-check.sh prepare   here, no GPU needed: builds build-gpu/ (CUDA for
 #                                MXSERVE_GPU_ARCHS, default 90; no MPI, no HIP) and
 #                                copies the binaries and the shared libraries a bare
-#                                machine may lack into gpu-check/ (git-ignored, ~30 MiB)
+#                                machine may lack into gpu-check/ (git-ignored; a device
+#                                call carries at most 64 MiB: prepare warns past 60)
 #   tools/gpu-check.sh run       on the GPU machine, from gpu-check/: writes every
 #                                result to $OUT (default gpu-check/out):
 #     device.txt     nvidia-smi / rocm-smi
@@ -60,24 +61,28 @@ prepare() {
     while read -r lib; do cp -L "$lib" "$DIR/lib/"; done
   git rev-parse --short HEAD >"$DIR/commit"
   du -sh "$DIR"
+  local kib
+  kib=$(du -sk "$DIR" | cut -f1)
+  [ "$kib" -lt $((60 * 1024)) ] || echo "warning: $DIR is $((kib / 1024)) MiB; a device call carries at most 64 MiB"
   echo "prepared $DIR/ at $(cat "$DIR/commit"): carry it to the GPU machine and run tools/gpu-check.sh run"
 }
 
-# Both checks run the binaries prepare made, from $DIR, and write to $OUT: sets out and bin.
+# Both checks run binaries prepare made (the ones named), from $DIR, and write to $OUT:
+# sets out and bin (declared local by the caller).
 setup() {
   out=${OUT:-$DIR/out}
   bin=$DIR/bin
   mkdir -p "$out"
   export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local b
-  for b in mxserve mxserve_tests bench_backend bench_decode; do
+  for b in "$@"; do
     [ -x "$bin/$b" ] || { echo "no $bin/$b: run tools/gpu-check.sh prepare first (and carry $DIR)"; exit 1; }
   done
 }
 
 run() {
   local out bin
-  setup
+  setup mxserve mxserve_tests bench_backend
   local preset=medium shape_list="medium air dsv3" min_ms=300 ntok=256
   # GLM-4.5-Air with dummy weights: layers per format (bf16's 46 layers would not fit one GPU), bench scale.
   local air_mx='{}' air_bf='{"num_hidden_layers": 16}' scale=0.05 kv_blocks=4096
@@ -173,44 +178,48 @@ run() {
   grep -E "^== |generated .* tok/s|tok/s, |TTFT|failed" "$out/air.txt" | tee -a "$out/summary.txt" || true
 }
 
-# The lent machine's CPU (see the top of this file). Every step is bounded, and a failed
-# one is written down rather than stopping the rest.
+# The lent machine's CPU (see the top of this file). Every step is bounded (about 4
+# minutes in all, most of it the bench), and a failed one is written down rather than
+# stopping the rest; output is line-buffered, so what ran is in host.txt if the call is cut.
 host() {
   local out bin
-  setup
+  setup mxserve mxserve_tests bench_decode
   local model=/tmp/mxserve-host-check/qwen3-medium-bf16 rounds=3 prompt=512 tokens=16
   [ "$BACKEND" = cpu ] && rounds=1 prompt=64 tokens=4  # the dry run: one round, short
   {
-    echo "host check at $(cat $DIR/commit 2>/dev/null), $(date -u +%FT%TZ)"
+    echo "host check at $(cat "$DIR/commit" 2>/dev/null), $(date -u +%FT%TZ)"
     echo "== cpu"
-    lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^L2|^L3" || true
+    lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^Core|^Socket|^L2|^L3" || true
     echo "flags: $(grep -o -w -E 'avx512[a-z_0-9]*|amx[a-z_0-9]*|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')"
     echo "== the CPU kernel tests on this CPU"
-    timeout 300 "$bin/mxserve_tests" \
-      --gtest_filter='Matmul*:CpuAttention.*:Registry.*:KernelConfigs.*:Families/Bf16Activations.*' 2>&1 |
-      grep -E "^\[  (PASSED|FAILED) |^\[  SKIPPED \] [0-9]+ test|^\[ +(OK|FAILED|SKIPPED) +\] MatmulAmx|no AMX" |
-      awk '!seen[$0]++' || echo "(tests failed to run)"
+    local log=/tmp/mxserve-host-check-tests.txt rc=0
+    timeout 120 "$bin/mxserve_tests" \
+      --gtest_filter='Matmul*:CpuAttention.*:Ops.*:Registry.*:KernelConfigs.*:Families/Bf16Activations.*' >"$log" 2>&1 ||
+      rc=$?
+    grep -E "^\[  (PASSED|FAILED) |^\[  SKIPPED \] [0-9]+ test|^\[ +(OK|FAILED|SKIPPED) +\] MatmulAmx|no AMX" "$log" |
+      awk '!seen[$0]++' || true
+    [ "$rc" = 0 ] || echo "(mxserve_tests exited $rc: a test failed (above), or 124: it ran out of time)"
+    grep -B2 -A12 -E "^\[  FAILED  \] MatmulAmx" "$log" | head -60 || true
     echo "== bf16 Qwen3 medium: prefill $prompt tokens, decode $tokens; AMX on (default) and off (MXSERVE_AMX=0)"
-    # bench_decode writes the synthetic model on first use; the first call pays for it.
-    timeout 120 "$bin/bench_decode" "$model" --prompt 8 --tokens 2 >/dev/null 2>&1 || echo "(model not written)"
-    local threads
-    for threads in 2 "$(nproc)"; do
+    # bench_decode writes the synthetic model on first use; this first call pays for it.
+    timeout 120 "$bin/bench_decode" "$model" --prompt 8 --tokens 2 >/dev/null 2>&1 || echo "(the first bench_decode call failed)"
+    local threads r amx
+    for threads in $(printf '%s\n' 2 "$(nproc --all)" | sort -un); do
       for r in $(seq "$rounds"); do
         for amx in 1 0; do
           echo "-- threads $threads, round $r, MXSERVE_AMX=$amx"
           MXSERVE_THREADS=$threads MXSERVE_AMX=$amx timeout 120 "$bin/bench_decode" "$model" --prompt "$prompt" \
-            --tokens "$tokens" 2>&1 | grep -E "^(amx|prefill|decode):" || echo "(failed)"
+            --tokens "$tokens" 2>&1 | grep --line-buffered -E "^(model|amx|prefill|decode):" || echo "(failed)"
         done
       done
     done
     local isa=avx2
-    grep -q -w avx512f /proc/cpuinfo && isa=avx512
+    grep -q -w avx512f /proc/cpuinfo && grep -q -w avx512bw /proc/cpuinfo && grep -q -w avx512vl /proc/cpuinfo && isa=avx512
     echo "== mxserve tune of MXFP4 on $isa for this machine's cpu key (2 threads): $out/tuned-host.json"
-    timeout 240 "$bin/mxserve" tune --synthetic --dtypes MXFP4 --isas $isa --threads 2 --out "$out/tuned-host.json" \
-      --replace 2>&1 |
-      grep -E "^tune: (CPU|wrote)" || echo "(tune failed or ran out of time)"
+    timeout 150 "$bin/mxserve" tune --synthetic --dtypes MXFP4 --isas "$isa" --threads 2 --out "$out/tuned-host.json" \
+      --replace 2>&1 | grep --line-buffered -E "^tune: (CPU|wrote)" || echo "(tune failed or ran out of time)"
   } 2>&1 | tee "$out/host.txt"
-  rm -rf /tmp/mxserve-host-check
+  rm -rf /tmp/mxserve-host-check /tmp/mxserve-host-check-tests.txt
 }
 
 case "${1:-}" in
