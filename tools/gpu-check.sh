@@ -184,7 +184,8 @@ run() {
 host() {
   local out bin
   setup mxserve mxserve_tests bench_decode
-  local model=/tmp/mxserve-host-check/qwen3-medium-bf16 rounds=3 prompt=512 tokens=16
+  local tmp=/tmp/mxserve-host-check
+  local model=$tmp/qwen3-medium-bf16 rounds=3 prompt=512 tokens=16
   [ "$BACKEND" = cpu ] && rounds=1 prompt=64 tokens=4  # the dry run: one round, short
   {
     echo "host check at $(cat "$DIR/commit" 2>/dev/null), $(date -u +%FT%TZ)"
@@ -192,7 +193,8 @@ host() {
     lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^Core|^Socket|^L2|^L3" || true
     echo "flags: $(grep -o -w -E 'avx512[a-z_0-9]*|amx[a-z_0-9]*|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')"
     echo "== the CPU kernel tests on this CPU"
-    local log=/tmp/mxserve-host-check-tests.txt rc=0
+    mkdir -p "$tmp"
+    local log=$tmp/tests.txt rc=0
     timeout 120 "$bin/mxserve_tests" \
       --gtest_filter='Matmul*:CpuAttention.*:Ops.*:Registry.*:KernelConfigs.*:Families/Bf16Activations.*' >"$log" 2>&1 ||
       rc=$?
@@ -202,7 +204,10 @@ host() {
     grep -B2 -A12 -E "^\[  FAILED  \] MatmulAmx" "$log" | head -60 || true
     echo "== bf16 Qwen3 medium: prefill $prompt tokens, decode $tokens; AMX on (default) and off (MXSERVE_AMX=0)"
     # bench_decode writes the synthetic model on first use; this first call pays for it.
-    timeout 120 "$bin/bench_decode" "$model" --prompt 8 --tokens 2 >/dev/null 2>&1 || echo "(the first bench_decode call failed)"
+    # Its model line names the ISA the engine chose (best_isa()), which the tune below takes.
+    local first isa
+    first=$(timeout 120 "$bin/bench_decode" "$model" --prompt 8 --tokens 2 2>&1) || echo "(the first bench_decode call failed)"
+    isa=$(sed -n 's/^model: .*, isa \([a-z0-9]*\),.*/\1/p' <<<"$first")
     local threads r amx
     for threads in $(printf '%s\n' 2 "$(nproc --all)" | sort -un); do
       for r in $(seq "$rounds"); do
@@ -213,13 +218,13 @@ host() {
         done
       done
     done
-    local isa=avx2
-    grep -q -w avx512f /proc/cpuinfo && grep -q -w avx512bw /proc/cpuinfo && grep -q -w avx512vl /proc/cpuinfo && isa=avx512
-    echo "== mxserve tune of MXFP4 on $isa for this machine's cpu key (2 threads): $out/tuned-host.json"
-    timeout 150 "$bin/mxserve" tune --synthetic --dtypes MXFP4 --isas "$isa" --threads 2 --out "$out/tuned-host.json" \
+    local isas=()  # the engine's ISA; unknown (the first call failed): tune's default, every ISA
+    [ -n "$isa" ] && isas=(--isas "$isa")
+    echo "== mxserve tune of MXFP4 on ${isa:-every ISA} for this machine's cpu key (2 threads): $out/tuned-host.json"
+    timeout 150 "$bin/mxserve" tune --synthetic --dtypes MXFP4 "${isas[@]}" --threads 2 --out "$out/tuned-host.json" \
       --replace 2>&1 | grep --line-buffered -E "^tune: (CPU|wrote)" || echo "(tune failed or ran out of time)"
   } 2>&1 | tee "$out/host.txt"
-  rm -rf /tmp/mxserve-host-check /tmp/mxserve-host-check-tests.txt
+  rm -rf "$tmp"
 }
 
 case "${1:-}" in
