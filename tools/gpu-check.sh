@@ -36,7 +36,8 @@
 #     compares the tile registers with the emulated tiles bit for bit where AMX is
 #     offered); bench_decode's prefill and decode of the medium bf16 Qwen3 with AMX on
 #     (the default) and off (MXSERVE_AMX=0), alternating, at 2 threads and at every
-#     core; `mxserve tune` of MXFP4 for this machine's cpu key (tuned-host.json)
+#     logical CPU (nproc --all); `mxserve tune` of MXFP4 on the ISA the engine chose, for
+#     this machine's cpu key (tuned-host.json)
 # Device-tool calls: run(command="tools/gpu-check.sh run", carry=["gpu-check"], timeout_s=540),
 # then, if time is left, run(command="tools/gpu-check.sh host", carry=["gpu-check"], timeout_s=300).
 # MXSERVE_GPU_BACKEND=cpu runs the same steps on the CPU backend with the small
