@@ -362,6 +362,11 @@ MX_INLINE void load_half_padded(const uint8_t* wr, const uint8_t* sr, int64_t le
   load_half(wt, st, h);
 }
 
+// Half hx of row r of o.
+MX_INLINE void load_row_half(const MxRowOperands& o, int r, int64_t hx, Half& h) {
+  load_half_padded(o.w + r * o.rb + hx * 128, o.sc + r * o.nb + hx * 8, o.nb - hx * 8, hx, h);
+}
+
 // TT tokens x R rows, all R rows' halves unpacked before their TT x R products: the
 // GEMM's 2 x 2 tile and the rows its tile shape leaves over (the 1-token GEMV is
 // gemv_tile, below).
@@ -377,9 +382,8 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
     for (int r = 0; r < R; ++r) acc[t][r][0] = acc[t][r][1] = _mm256_setzero_ps();
   for (int64_t hx = 0; hx < nh; ++hx) {
     Half h[R];
-    const int64_t left = o.nb - hx * 8;  // blocks of this half present in the row
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) load_half_padded(o.w + r * o.rb + hx * 128, o.sc + r * o.nb + hx * 8, left, hx, h[r]);
+    for (int r = 0; r < R; ++r) load_row_half(o, r, hx, h[r]);
     const int k = int(hx & 1);
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t)
@@ -496,14 +500,13 @@ thread_local MxRows t_rows;
 
 template <int R>
 void prep(const Args& a, int64_t, int64_t r0) {
-  const int64_t nb = a.in / 32, nh = (nb + 7) / 8, rb = a.in / 2;
+  const MxRowOperands o(a, r0);
+  const int64_t nh = (o.nb + 7) / 8;
   t_rows.place(t_buf, size_t(nh * R) * 256, size_t(nh * R) * 8);
-  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
-  const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
   for (int r = 0; r < R; ++r)
     for (int64_t hx = 0; hx < nh; ++hx) {
       Half h;
-      load_half_padded(w + r * rb + hx * 128, sc + r * nb + hx * 8, nb - hx * 8, hx, h);
+      load_row_half(o, r, hx, h);
       store_regrouped(h.lo, h.hi, t_rows.w + (hx * R + r) * 256);
       _mm256_storeu_ps(t_rows.ws + (hx * R + r) * 8, h.ws);
     }

@@ -543,13 +543,12 @@ thread_local MxRows t_rows;
 
 template <int R>
 void prep(const Args& a, int64_t, int64_t r0) {
-  const int64_t nb = a.in / 32, groups = (nb + 15) / 16, rb = a.in / 2;
+  const MxRowOperands o(a, r0);
+  const int64_t nb = o.nb, groups = (nb + 15) / 16;
   t_rows.place(t_buf, size_t(groups * R) * 512, size_t(groups * R) * 16);
-  const uint8_t* w = static_cast<const uint8_t*>(a.w) + r0 * rb;
-  const uint8_t* sc = static_cast<const uint8_t*>(a.scales) + r0 * nb;
   auto group = [&](int64_t G, int r, auto tail_tag) __attribute__((always_inline)) {
     Group g;
-    load_group<decltype(tail_tag)::value>(w + r * rb + G * 256, sc + r * nb + G * 16, int(nb % 16), g);
+    load_group<decltype(tail_tag)::value>(o.w + r * o.rb + G * 256, o.sc + r * nb + G * 16, int(nb % 16), g);
     store_regrouped(g, t_rows.w + (G * R + r) * 512, t_rows.ws + (G * R + r) * 16);
   };
   for (int r = 0; r < R; ++r) {

@@ -147,20 +147,26 @@ struct Args {
   const uint32_t* xp = nullptr;
 };
 
-// Where an MXFP4 tile at tokens t0.., rows r0.. reads: its rows' packed bytes (w, rb
-// per row) and E8M0 scale bytes (sc, nb per row), and its tokens' quantized
-// activations (QuantAct's q, s and sum12 rows).
-struct MxTileOperands {
+// Where an MXFP4 kernel reads rows r0..: row r's packed bytes at w + r * rb and its
+// E8M0 scale bytes at sc + r * nb (the tiles, and the GEMMs' prep of their rows).
+struct MxRowOperands {
   int64_t nb, rb;
   const uint8_t* w;
   const uint8_t* sc;
+  MxRowOperands(const Args& a, int64_t r0)
+      : nb(a.in / 32), rb(a.in / 2), w(static_cast<const uint8_t*>(a.w) + r0 * rb),
+        sc(static_cast<const uint8_t*>(a.scales) + r0 * nb) {}
+};
+
+// An MXFP4 tile at tokens t0.., rows r0..: its rows (MxRowOperands) and its tokens'
+// quantized activations (QuantAct's q, s and sum12 rows).
+struct MxTileOperands : MxRowOperands {
   const int8_t* xq;
   const float* xs;
   const int32_t* xsum;
   MxTileOperands(const Args& a, int64_t t0, int64_t r0)
-      : nb(a.in / 32), rb(a.in / 2), w(static_cast<const uint8_t*>(a.w) + r0 * rb),
-        sc(static_cast<const uint8_t*>(a.scales) + r0 * nb), xq(a.qa->q + t0 * a.qa->q_stride),
-        xs(a.qa->s + t0 * a.qa->nbp), xsum(a.qa->sum12 + t0 * a.qa->nbp) {}
+      : MxRowOperands(a, r0), xq(a.qa->q + t0 * a.qa->q_stride), xs(a.qa->s + t0 * a.qa->nbp),
+        xsum(a.qa->sum12 + t0 * a.qa->nbp) {}
 };
 
 // Computes y[t, o] for all t and o in [r0, r1).
