@@ -12,7 +12,6 @@ namespace mx {
 namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
-constexpr uint64_t kDefaultAlignment = 32;
 constexpr size_t kMaxTensorName = 63;    // ggml's GGML_MAX_NAME (64) includes the NUL
 constexpr int kMaxDims = 4;
 constexpr int kMaxArrayDepth = 16;

@@ -84,6 +84,9 @@ struct GgmlTypeInfo {
 const GgmlTypeInfo* ggml_type_info(uint32_t id);  // nullptr for unknown/removed ids
 std::vector<GgmlTypeInfo> ggml_types();           // every type this reader knows
 
+// A file without general.alignment aligns its tensor data to 32 bytes (GGUF spec).
+inline constexpr uint32_t kGgufDefaultAlignment = 32;
+
 namespace ggml_type {
 constexpr uint32_t F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
                    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ2_XXS = 16,
@@ -156,7 +159,7 @@ class GgufFile {
   std::string path_;
   std::shared_ptr<MappedFile> file_;
   uint32_t version_ = 0;
-  uint64_t alignment_ = 32;
+  uint64_t alignment_ = kGgufDefaultAlignment;
   uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::unordered_map<std::string, size_t> kv_index_;

@@ -29,7 +29,7 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 GgufWriter::GgufWriter(uint32_t alignment) : alignment_(alignment) {
   MX_CHECK(alignment && (alignment & (alignment - 1)) == 0, "GGUF alignment {} is not a power of two", alignment);
-  if (alignment != 32) add_u32("general.alignment", alignment);
+  if (alignment != kGgufDefaultAlignment) add_u32("general.alignment", alignment);
 }
 
 bool GgufWriter::has_key(const std::string& k) const {

@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "formats/gguf.h"
+
 namespace mx {
 
 class GgufWriter {
  public:
-  explicit GgufWriter(uint32_t alignment = 32);
+  explicit GgufWriter(uint32_t alignment = kGgufDefaultAlignment);
 
   void add_string(const std::string& key, const std::string& v);
   void add_u32(const std::string& key, uint32_t v);
