@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
         b->upload(keep.back().get(), wts.data(), wts.size() * 4);
         const float* dw = keep.back().get<float>();
         std::vector<ExpertWeights> ew;
-        for (size_t c = 0; c < copies; ++c) ew.push_back(ExpertWeights::stacked(g.w[c], u.w[c], dn.w[c]));
+        for (int c = 0; c < copies; ++c) ew.push_back(ExpertWeights::stacked(g.w[c], u.w[c], dn.w[c]));
         const double t = time_per_call(*b, min_ms, [&](int i) {
           const size_t c = (i / sets) % copies;
           b->moe_ffn(y, x, dids + size_t(i % sets) * T * K, dw, T, K, ew[c]);

@@ -16,9 +16,9 @@ namespace mx {
 namespace {
 template <typename T>
 void put(std::vector<uint8_t>& b, T v) {
-  uint8_t tmp[sizeof(T)];
-  std::memcpy(tmp, &v, sizeof(T));
-  b.insert(b.end(), tmp, tmp + sizeof(T));
+  const size_t n = b.size();
+  b.resize(n + sizeof(T));
+  std::memcpy(b.data() + n, &v, sizeof(T));
 }
 void put_str(std::vector<uint8_t>& b, const std::string& s) {
   put<uint64_t>(b, s.size());

@@ -100,7 +100,7 @@ void GqaAttention::forward(ForwardCtx& ctx, int kv_layer, const float* x, float*
 }
 
 SwigluMlp::SwigluMlp(WeightBinder& wb, const std::string& prefix, int d, int h, int split_rank, int split_size)
-    : dim_(d), hidden_(h) {
+    : hidden_(h) {
   gate_ = wb.linear(prefix + ".gate_proj", prefix + ".gate", h, d);
   up_ = wb.linear(prefix + ".up_proj", prefix + ".up", h, d);
   down_ = wb.linear(prefix + ".down_proj", prefix + ".down", d, h);

@@ -109,7 +109,7 @@ class SwigluMlp final : public FeedForward {
   const DevWeight& d_down() const { return d_down_; }
 
  private:
-  int dim_, hidden_;
+  int hidden_;
   Tensor gate_, up_;
   WeightSlice down_;  // tensor parallel: this rank's columns
   DevWeight d_gate_, d_up_, d_down_;

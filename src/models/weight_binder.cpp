@@ -155,8 +155,7 @@ const std::vector<BoundParam>& WeightBinder::finish() {
     bool ignored = false;
     for (const auto& [re, why] : ignores_)
       if (std::regex_match(name, re)) {
-        bound_.push_back({name, "(ignored: " + why + ")", store_.get(name).dtype,
-                          store_.get(name).shape_str()});
+        bound_.push_back({name, "(ignored: " + why + ")", store_.get(name).dtype, store_.get(name).shape_str(), "", 0});
         ignored = true;
         break;
       }

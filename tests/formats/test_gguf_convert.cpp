@@ -62,7 +62,9 @@ void expect_same_model(const std::string& a, const std::string& b, float tol = 0
   g.ignore_eos = true;
   EXPECT_EQ(generate(*ma, prompt, g).tokens, generate(*mb, prompt, g).tokens);
   // deepseek2 GGUFs carry no MTP layer (llama.cpp's converter drops it too).
-  if (ma->config().arch != Arch::DeepseekV3) EXPECT_EQ(ma->num_mtp_layers(), mb->num_mtp_layers());
+  if (ma->config().arch != Arch::DeepseekV3) {
+    EXPECT_EQ(ma->num_mtp_layers(), mb->num_mtp_layers());
+  }
   EXPECT_EQ(ma->config().eos_token_ids, mb->config().eos_token_ids);
   EXPECT_EQ(ma->config().bos_token_id, mb->config().bos_token_id);
 }

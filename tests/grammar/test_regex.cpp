@@ -86,7 +86,9 @@ TEST(Regex, RandomWalksMatch) {
         ASSERT_TRUE(m.accept_bytes(std::string(1, char(b))));
         out += char(b);
       }
-      if (m.complete()) EXPECT_TRUE(std::regex_match(out, re)) << "'" << out << "'";
+      if (m.complete()) {
+        EXPECT_TRUE(std::regex_match(out, re)) << "'" << out << "'";
+      }
     }
   }
 }

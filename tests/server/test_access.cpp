@@ -53,7 +53,8 @@ TEST(Access, AllRoutesGuardsHealthAndMetricsToo) {
 }
 
 TEST(Access, WrongMethodIs405AndABodyThatIsNotJsonIs415) {
-  TestServer srv(stories_bin(), TestServer::Options{});
+  const TestServer::Options o;  // no keys, default limits
+  TestServer srv(stories_bin(), o);
   const int p = srv.port();
   auto get = http_request(p, "GET", "/v1/completions");
   EXPECT_EQ(get.status, 405) << get.body;
@@ -72,7 +73,8 @@ TEST(Access, WrongMethodIs405AndABodyThatIsNotJsonIs415) {
 }
 
 TEST(Access, IntegersBeyondInt64AreTooLargeNotNegative) {
-  TestServer srv(stories_bin(), TestServer::Options{});
+  const TestServer::Options o;  // no keys, default limits
+  TestServer srv(stories_bin(), o);
   auto r = http_request(srv.port(), "POST", "/v1/completions",
                         R"({"prompt": [1, 2], "max_tokens": 18446744073709551615})");
   EXPECT_EQ(r.status, 400);

@@ -1,9 +1,4 @@
 // AVX-512 matmul kernels (V = 16 lanes). Accumulation scheme: matmul_impl.h.
-
-// GCC 12's AVX-512 headers seed results with self-initialised "undefined" vectors
-// (GCC PR 105593), which -Wall reports as uninitialised at every inlined intrinsic.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <type_traits>
@@ -222,8 +217,8 @@ void tile(const Args& a, int64_t t0, int64_t r0) {
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
-  for (int64_t i0 = 0, kb = 0; i0 < in; i0 += 128, ++kb) {
-    const int64_t i1 = std::min(in, i0 + 128);
+  for (int64_t i0 = 0, kb = 0; i0 < in; i0 += Fp8W::kBlock, ++kb) {
+    const int64_t i1 = std::min(in, i0 + Fp8W::kBlock);
     __m512 sc[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) sc[r] = Fp8W::scale(a, r0 + r, kb);
@@ -272,8 +267,8 @@ void prep(const Args& a, int64_t, int64_t r0) {
   for (int r = 0; r < R; ++r) {
     const uint8_t* w = static_cast<const uint8_t*>(a.w) + (r0 + r) * in;
     float* d = dst + r * in;
-    for (int64_t i0 = 0, kb = 0; i0 < in; i0 += 128, ++kb) {
-      const int64_t i1 = std::min(in, i0 + 128);
+    for (int64_t i0 = 0, kb = 0; i0 < in; i0 += Fp8W::kBlock, ++kb) {
+      const int64_t i1 = std::min(in, i0 + Fp8W::kBlock);
       const __m512 sc = Fp8W::scale(a, r0 + r, kb);
       int64_t i = i0;
       for (; i + 32 <= i1; i += 32) {

@@ -17,12 +17,6 @@
 // Written once over the tile operations (amx_tiles.h): HwTiles on the hardware,
 // EmuTiles in software, which the tests run on every AVX512-BF16 CPU and which the
 // hardware must match, bit for bit, before the kernels are offered (availability()).
-// GCC 12's AVX-512 headers seed results with self-initialised "undefined" vectors
-// (GCC PR 105593), which -Wall reports as uninitialised at every inlined intrinsic.
-#ifndef __clang__
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <cpuid.h>
 #include <setjmp.h>
 #include <signal.h>

@@ -12,8 +12,6 @@
 // FP8 weights are dequantized to bf16 (fp8 * block scale, rounded once to f32 as
 // dequantize_f32 does, then to bf16) on the fly in the GEMV and once per chunk of
 // tokens for a GEMM tile's rows, as vLLM's CPU path dequantizes block FP8 to bf16.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>

@@ -8,13 +8,6 @@
 
 #include "backends/cpu/simd_exp.h"
 
-// (Left on for the rest of the including file, on purpose: every *_avx512.cpp
-// file that includes this also inlines these intrinsics itself.)
-// GCC 12 warns that the merge source of the masked builtins behind
-// _mm512_max_ps / _mm512_roundscale_ps (an _mm512_undefined_ps) may be used
-// uninitialized: a false positive (the mask is all ones).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace mx::simd {
 
 struct Avx512 {
