@@ -1,5 +1,7 @@
 #include "grammar/json_schema.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -172,7 +174,40 @@ class Compiler {
   uint32_t array(const ojson& s, const std::string& path, int depth);
   uint32_t string(const ojson& s, const std::string& path);
   uint32_t typed(const std::string& type, const ojson& s, const std::string& path, int depth);
+  uint32_t values(const ojson& s, const std::string& path, int depth);
 };
+
+// The schema's "type" as a list (empty: no "type").
+std::vector<std::string> types_of(const ojson& s, const std::string& path) {
+  std::vector<std::string> types;
+  if (!s.contains("type")) return types;
+  const ojson& t = s["type"];
+  if (t.is_string()) return {t.get<std::string>()};
+  MX_CHECK(t.is_array(), "json_schema: 'type' at {} must be a string or an array of strings", path);
+  MX_CHECK(!t.empty(), "json_schema: 'type' at {} is an empty array, so it matches nothing", path);
+  for (const auto& x : t) {
+    MX_CHECK(x.is_string(), "json_schema: 'type' at {} must be a string or an array of strings", path);
+    types.push_back(x.get<std::string>());
+  }
+  return types;
+}
+
+bool is_type(const std::string& t, const ojson& v, const std::string& path) {
+  if (t == "object") return v.is_object();
+  if (t == "array") return v.is_array();
+  if (t == "string") return v.is_string();
+  if (t == "number") return v.is_number();
+  if (t == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+  if (t == "boolean") return v.is_boolean();
+  if (t == "null") return v.is_null();
+  fail("json_schema: type '{}' at {} is not a JSON Schema type", t, path);
+}
+
+bool constrains(const ojson& s) {
+  for (auto it = s.begin(); it != s.end(); ++it)
+    if (!kAnnotations.count(it.key())) return true;
+  return false;
+}
 
 uint32_t Compiler::ref(const std::string& r, const std::string& path, int depth) {
   if (auto it = refs_.find(r); it != refs_.end()) return it->second;
@@ -410,16 +445,17 @@ uint32_t Compiler::compile(const ojson& s, const std::string& path, int depth) {
   for (auto it = s.begin(); it != s.end(); ++it)
     if (!kAnnotations.count(it.key()) && !kKeywords.count(it.key()))
       fail("json_schema: keyword '{}' at {} is not supported", it.key(), path);
+  if (s.contains("const") || s.contains("enum")) return values(s, path, depth);
+  // $ref, anyOf, oneOf and allOf are compiled alone: a keyword beside them that
+  // constrains is refused, not ignored.
+  for (const char* k : {"$ref", "anyOf", "oneOf", "allOf"})
+    if (s.contains(k))
+      for (auto it = s.begin(); it != s.end(); ++it)
+        if (it.key() != k && !kAnnotations.count(it.key()))
+          fail("json_schema: '{}' beside '{}' at {} is not supported", it.key(), k, path);
   if (s.contains("$ref")) {
     MX_CHECK(s["$ref"].is_string(), "json_schema: '$ref' at {} must be a string", path);
     return ref(s["$ref"].get<std::string>(), path, depth);
-  }
-  if (s.contains("const")) return rule(fresh("const"), {L(s["const"].dump())});
-  if (s.contains("enum")) {
-    MX_CHECK(s["enum"].is_array() && !s["enum"].empty(), "json_schema: 'enum' at {} must be a non-empty array", path);
-    std::vector<Seq> alts;
-    for (const auto& v : s["enum"]) alts.push_back(L(v.dump()));
-    return rule(fresh("enum"), alts);
   }
   for (const char* k : {"anyOf", "oneOf"})
     if (s.contains(k)) {
@@ -434,28 +470,61 @@ uint32_t Compiler::compile(const ojson& s, const std::string& path, int depth) {
              "json_schema: 'allOf' at {} with more than one schema is not supported", path);
     return compile(s["allOf"][0], path + "/allOf/0", depth + 1);
   }
-  std::vector<std::string> types;
-  if (s.contains("type")) {
-    if (s["type"].is_string()) types.push_back(s["type"].get<std::string>());
-    else if (s["type"].is_array())
-      for (const auto& t : s["type"]) {
-        MX_CHECK(t.is_string(), "json_schema: 'type' at {} must be a string or an array of strings", path);
-        types.push_back(t.get<std::string>());
-      }
-    else fail("json_schema: 'type' at {} must be a string or an array of strings", path);
-  } else if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
-    types.push_back("object");
-  } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
-    types.push_back("array");
-  } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
-    types.push_back("string");
-  } else {
-    return value_any();
+  std::vector<std::string> types = types_of(s, path);
+  if (types.empty()) {  // implied by the keywords
+    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+      types.push_back("object");
+    else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems"))
+      types.push_back("array");
+    else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format"))
+      types.push_back("string");
+    else
+      return value_any();
   }
   if (types.size() == 1) return typed(types[0], s, path, depth);
   std::vector<Seq> alts;
   for (const std::string& t : types) alts.push_back(R(typed(t, s, path, depth)));
   return rule(fresh("types"), alts);
+}
+
+// enum / const: every keyword of a schema applies (2020-12), so only the values that
+// the keywords beside them admit are kept: a "type" alone is checked as JSON Schema
+// defines it, anything more by matching the value's text on a grammar of the rest.
+// None left is an error: the schema matches nothing.
+uint32_t Compiler::values(const ojson& s, const std::string& path, int depth) {
+  std::vector<ojson> vals;
+  if (s.contains("enum")) {
+    MX_CHECK(s["enum"].is_array() && !s["enum"].empty(), "json_schema: 'enum' at {} must be a non-empty array", path);
+    vals.assign(s["enum"].begin(), s["enum"].end());
+  }
+  if (s.contains("const")) {
+    const bool in_enum = !s.contains("enum") || std::find(vals.begin(), vals.end(), s["const"]) != vals.end();
+    vals.clear();
+    if (in_enum) vals.push_back(s["const"]);
+  }
+  ojson rest = s;
+  rest.erase("enum");
+  rest.erase("const");
+  std::vector<Seq> alts;
+  if (!constrains(rest)) {
+    for (const ojson& v : vals) alts.push_back(L(v.dump()));
+  } else if (ojson others = rest; others.erase("type") == 1 && !constrains(others)) {
+    const std::vector<std::string> types = types_of(rest, path);
+    for (const ojson& v : vals)
+      if (std::any_of(types.begin(), types.end(), [&](const std::string& t) { return is_type(t, v, path); }))
+        alts.push_back(L(v.dump()));
+  } else {
+    Grammar check;
+    Compiler c(check, root_);
+    check.finish({Grammar::ref(c.compile(rest, path, depth))});
+    for (const ojson& v : vals) {
+      Matcher m(check);
+      if (m.accept_bytes(v.dump()) && m.complete()) alts.push_back(L(v.dump()));
+    }
+  }
+  MX_CHECK(!alts.empty(), "json_schema: no value of 'enum' / 'const' at {} fits the keywords beside it, so it matches nothing",
+           path);
+  return rule(fresh("enum"), alts);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ std::string message_text(const json& content, size_t index) {
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return {};
   if (content.is_array()) {
+    MX_CHECK(!content.empty(), "messages[{}].content is an empty array (give at least one part)", index);
     std::string text;
     for (size_t p = 0; p < content.size(); ++p) {
       const json& part = content[p];
@@ -41,6 +42,8 @@ std::string render_chat(const json& messages, const ChatTemplateOptions& opts) {
     MX_CHECK(m.contains("content") || role == "assistant", "messages[{}] has no content", i);
     const json content = m.contains("content") ? m["content"] : json();
     MX_CHECK(!content.is_null() || role == "assistant", "messages[{}].content is null", i);
+    MX_CHECK(!m.contains("name") || m["name"].is_null() || m["name"].is_string(), "messages[{}].name must be a string",
+             i);
     out += role;
     out += ": ";
     out += message_text(content, i);

@@ -28,6 +28,9 @@ bool valid_name(const std::string& n) {
 }  // namespace
 
 std::shared_ptr<ToolRequest> parse_tools(const ojson& b, ToolFormat format) {
+  // Checked with or without tools, as OpenAI does.
+  if (present(b, "parallel_tool_calls") && !b["parallel_tool_calls"].is_boolean())
+    throw ApiError(400, "'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
   if (!present(b, "tools")) {
     if (present(b, "tool_choice") && !(b["tool_choice"].is_string() && b["tool_choice"] == "none"))
       throw ApiError(400, "'tool_choice' needs 'tools'", "tool_choice");
@@ -53,10 +56,19 @@ std::shared_ptr<ToolRequest> parse_tools(const ojson& b, ToolFormat format) {
     ToolFunction fn;
     fn.name = f["name"].get<std::string>();
     if (req->find(fn.name)) throw ApiError(400, fmt::format("two tools are named '{}'", fn.name), "tools");
+    if (present(f, "description") && !f["description"].is_string())
+      throw ApiError(400, at + ".function.description must be a string", "tools");
+    if (present(f, "strict") && !f["strict"].is_boolean())
+      throw ApiError(400, at + ".function.strict must be a boolean", "tools");
     if (present(f, "parameters")) {
-      if (!f["parameters"].is_object())
-        throw ApiError(400, at + ".function.parameters must be a JSON Schema object", "tools");
-      fn.parameters = f["parameters"];
+      const ojson& p = f["parameters"];
+      if (!p.is_object()) throw ApiError(400, at + ".function.parameters must be a JSON Schema object", "tools");
+      // The arguments are a JSON object (a call's "arguments" is one, and every format
+      // writes one): a schema of anything else could never be called.
+      if (p.contains("type") && p["type"] != "object" && p["type"] != ojson::array({"object"}))
+        throw ApiError(400, at + ".function.parameters must describe an object (\"type\": \"object\"), not " +
+                                p["type"].dump(), "tools");
+      fn.parameters = p;
     }
     req->functions.push_back(std::move(fn));
   }
@@ -81,11 +93,7 @@ std::shared_ptr<ToolRequest> parse_tools(const ojson& b, ToolFormat format) {
                      "tool_choice");
     }
   }
-  if (present(b, "parallel_tool_calls")) {
-    if (!b["parallel_tool_calls"].is_boolean())
-      throw ApiError(400, "'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
-    req->parallel = b["parallel_tool_calls"].get<bool>();
-  }
+  if (present(b, "parallel_tool_calls")) req->parallel = b["parallel_tool_calls"].get<bool>();
   if (req->choice != ToolChoice::None && format == ToolFormat::None)
     throw ApiError(400, "this model's chat template writes no tool calls in a format this server reads", "tools");
   return req;

@@ -2,6 +2,7 @@
 
 #include "chat/chat_template.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -65,6 +66,72 @@ bool constrains_format(const json& b) {
   const json& rf = b["response_format"];
   return !(rf.is_object() && rf.contains("type") && rf["type"] == "text");
 }
+
+// Fields of vLLM's and sglang's APIs that would change the output and that this server
+// does not implement: refused unless absent or at their neutral value, so a client
+// never gets an output that silently ignored one.
+void refuse_unimplemented(const json& b) {
+  static const std::pair<const char*, json> kFields[] = {
+      {"min_tokens", 0},          {"guided_grammar", nullptr},   {"ebnf", nullptr},
+      {"bad_words", json::array()}, {"allowed_token_ids", nullptr}, {"prompt_logprobs", nullptr},
+      {"use_beam_search", false}, {"include_stop_str_in_output", false}, {"truncate_prompt_tokens", nullptr},
+      {"logits_processors", nullptr}, {"structured_outputs", nullptr}};
+  for (const auto& [key, neutral] : kFields)
+    if (b.contains(key) && b[key] != neutral && !b[key].is_null())
+      throw ApiError(400, fmt::format("'{}' is not supported by this server", key), key);
+}
+
+// The one constraint on the output's text, from whichever field asks for it:
+// response_format (OpenAI), regex (sglang), guided_regex / guided_json /
+// guided_choice (vLLM), or a required tool call (already in r.response_format).
+void parse_constraint(const json& b, const std::string& body, const ApiContext& ctx, ApiRequest& r) {
+  refuse_unimplemented(b);
+  std::vector<const char*> fields;
+  for (const char* k : {"regex", "guided_regex", "guided_json", "guided_choice"})
+    if (b.contains(k) && !b[k].is_null()) fields.push_back(k);
+  if (constrains_format(b)) fields.push_back("response_format");
+  if (fields.empty()) return;
+  const char* k = fields[0];
+  if (fields.size() > 1)
+    throw ApiError(400, fmt::format("'{}' cannot be combined with '{}'", fields[1], k), fields[1]);
+  if (r.response_format) throw ApiError(400, fmt::format("'{}' cannot be combined with a required tool call", k), k);
+  if (!ctx.structured) throw ApiError(400, fmt::format("'{}' needs the model's tokenizer (this server has none)", k), k);
+  // Parsed again keeping the members' order: a schema's properties come out in it.
+  const nlohmann::ordered_json v = nlohmann::ordered_json::parse(body)[k];
+  try {
+    if (k == std::string_view("response_format")) {
+      r.response_format = ctx.structured->compile(v);
+    } else if (k == std::string_view("guided_json")) {  // a schema, or its JSON text
+      if (!v.is_object() && !v.is_string()) throw ApiError(400, "'guided_json' must be a JSON Schema (an object or its text)", k);
+      nlohmann::ordered_json schema = v;
+      if (v.is_string()) {
+        try {
+          schema = nlohmann::ordered_json::parse(v.get<std::string>());
+        } catch (const nlohmann::json::exception&) {
+          throw ApiError(400, "'guided_json' is a string that is not JSON", k);
+        }
+      }
+      r.response_format = ctx.structured->compile({{"type", "json_schema"}, {"json_schema", {{"schema", schema}}}});
+    } else if (k == std::string_view("guided_choice")) {  // exactly one of the strings
+      if (!v.is_array() || v.empty() || !std::all_of(v.begin(), v.end(), [](const auto& c) { return c.is_string(); }))
+        throw ApiError(400, "'guided_choice' must be a non-empty array of strings", k);
+      r.response_format = ctx.structured->compile_grammar("choice " + v.dump(), [&] {
+        grammar::Grammar g;
+        const uint32_t any = g.add_rule("choice");
+        for (const auto& c : v) g.add_alt(any, g.literal(c.get<std::string>()));
+        g.finish({grammar::Grammar::ref(any)});
+        return g;
+      }, {});
+    } else {  // regex, guided_regex: the whole output matches the expression (grammar/regex.h)
+      if (!v.is_string()) throw ApiError(400, fmt::format("'{}' must be a string", k), k);
+      const std::string pattern = v.get<std::string>();
+      r.response_format = ctx.structured->compile_grammar(
+          "regex " + pattern, [&] { return grammar::regex_grammar(pattern); }, {});
+    }
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), k);
+  }
+}
 }  // namespace
 
 ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext& ctx) {
@@ -104,31 +171,7 @@ ApiRequest parse_request(ApiKind kind, const std::string& body, const ApiContext
     r.prompts = std::move(prompts);
     r.max_tokens = std::move(max_tokens);
   }
-  if (b.contains("regex") && !b["regex"].is_null()) {
-    // sglang's spelling (vLLM: guided_regex): the whole output matches the expression (grammar/regex.h).
-    if (!b["regex"].is_string()) throw ApiError(400, "'regex' must be a string", "regex");
-    if (r.response_format || constrains_format(b))
-      throw ApiError(400, "'regex' cannot be combined with response_format or a required tool call", "regex");
-    if (!ctx.structured) throw ApiError(400, "'regex' needs the model's tokenizer (this server has none)", "regex");
-    const std::string pattern = b["regex"].get<std::string>();
-    try {
-      r.response_format = ctx.structured->compile_grammar(
-          "regex " + pattern, [&] { return grammar::regex_grammar(pattern); }, {});
-    } catch (const Error& e) {
-      throw ApiError(400, e.what(), "regex");
-    }
-  }
-  if (constrains_format(b)) {
-    // Parsed again keeping the members' order: a schema's properties come out in it.
-    const nlohmann::ordered_json rf = nlohmann::ordered_json::parse(body)["response_format"];
-    if (!ctx.structured)
-      throw ApiError(400, "'response_format' needs the model's tokenizer (this server has none)", "response_format");
-    try {
-      r.response_format = ctx.structured->compile(rf);
-    } catch (const Error& e) {
-      throw ApiError(400, e.what(), "response_format");
-    }
-  }
+  parse_constraint(b, body, ctx, r);
   return r;
 }
 
@@ -295,6 +338,8 @@ void parse_common(const json& b, const ApiContext& ctx, ApiRequest& r) {
   }
   if (has(b, "logit_bias") && !(b["logit_bias"].is_object() && b["logit_bias"].empty()))
     throw ApiError(400, "'logit_bias' is not supported", "logit_bias");
+  // Taken and not used (an end-user id for abuse monitoring), but of OpenAI's type.
+  if (has(b, "user") && !b["user"].is_string()) throw ApiError(400, "'user' must be a string", "user");
 }
 
 void resolve_max_tokens(const json& b, const char* key, int def, const ApiContext& ctx, ApiRequest& r) {
@@ -492,6 +537,12 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx, const nlohma
       throw ApiError(400, "'response_format' cannot be combined with a required tool call", "response_format");
     if (!ctx.structured) throw ApiError(400, "'tool_choice' needs the model's tokenizer", "tool_choice");
     r.response_format = tool_choice_grammar(*ctx.structured, *tools);
+  }
+  if (has(b, "reasoning_effort")) {
+    // OpenAI's reasoning models' knob; templates here take chat_template_kwargs instead.
+    const json& e = b["reasoning_effort"];
+    if (!e.is_string() || !(e == "none" || e == "minimal" || e == "low" || e == "medium" || e == "high"))
+      throw ApiError(400, "'reasoning_effort' must be one of none, minimal, low, medium, high", "reasoning_effort");
   }
   r.logprobs = get_bool(b, "logprobs", false);
   const int64_t top = get_int(b, "top_logprobs", 0);

@@ -120,6 +120,11 @@ std::shared_ptr<grammar::GrammarMasks> StructuredOutputs::compile(const ojson& r
              "response_format json_schema needs a 'json_schema' object");
     const ojson& js = rf["json_schema"];
     MX_CHECK(js.contains("schema"), "response_format json_schema needs 'json_schema.schema'");
+    for (const char* k : {"name", "description"})
+      MX_CHECK(!js.contains(k) || js[k].is_null() || js[k].is_string(), "response_format json_schema.{} must be a string",
+               k);
+    MX_CHECK(!js.contains("strict") || js["strict"].is_null() || js["strict"].is_boolean(),
+             "response_format json_schema.strict must be a boolean");
     schema = js["schema"];
   } else {
     fail("response_format type '{}' is not supported (text, json_object, json_schema)", type);

@@ -104,6 +104,52 @@ TEST(JsonSchemaGrammar, UnsupportedKeywordsAreErrorsNamingThem) {
             std::string::npos);
 }
 
+// Every keyword of a schema applies: enum / const values the keywords beside them
+// refuse are dropped, and a schema left with none (or with "type": []) matches
+// nothing, an error rather than a grammar that cannot finish (found probing the server).
+TEST(JsonSchemaGrammar, EnumAndConstKeepOnlyWhatTheKeywordsBesideThemAdmit) {
+  const Grammar strs = json_schema_grammar(ojson::parse(R"({"type":"string","enum":["a",1,"b",null]})"));
+  EXPECT_TRUE(accepts(strs, R"("a")"));
+  EXPECT_TRUE(accepts(strs, R"("b")"));
+  EXPECT_FALSE(accepts(strs, "1"));
+  EXPECT_FALSE(accepts(strs, "null"));
+  const Grammar ints = json_schema_grammar(ojson::parse(R"({"type":["integer","null"],"enum":[1.0,1.5,2,null,"2"]})"));
+  for (const char* ok : {"1.0", "2", "null"}) EXPECT_TRUE(accepts(ints, ok)) << ok;
+  for (const char* bad : {"1.5", R"("2")"}) EXPECT_FALSE(accepts(ints, bad)) << bad;
+  const Grammar longer = json_schema_grammar(ojson::parse(R"({"type":"string","minLength":2,"enum":["a","bb","ccc"]})"));
+  EXPECT_FALSE(accepts(longer, R"("a")"));
+  EXPECT_TRUE(accepts(longer, R"("bb")"));
+  EXPECT_TRUE(accepts(longer, R"("ccc")"));
+  const Grammar both = json_schema_grammar(ojson::parse(R"({"enum":[1,2,3],"const":2})"));
+  EXPECT_TRUE(accepts(both, "2"));
+  EXPECT_FALSE(accepts(both, "1"));
+  const Grammar plain = json_schema_grammar(ojson::parse(R"({"enum":[{"x":1},[1,2]],"description":"any"})"));
+  EXPECT_TRUE(accepts(plain, R"({"x":1})"));
+  EXPECT_TRUE(accepts(plain, "[1,2]"));
+
+  auto error_of = [](const char* schema) -> std::string {
+    try {
+      json_schema_grammar(ojson::parse(schema));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  for (const char* none : {R"({"type":"string","enum":[1,2]})", R"({"type":"integer","const":"a"})",
+                           R"({"type":"object","enum":[1]})", R"({"type":"string","minLength":5,"enum":["a"]})",
+                           R"({"type":"array","maxItems":1,"const":[1,2,3]})", R"({"enum":[1,2],"const":3})",
+                           R"({"type":"object","properties":{"a":{"type":"string","const":5}}})"})
+    EXPECT_NE(error_of(none).find("matches nothing"), std::string::npos) << none;
+  EXPECT_NE(error_of(R"({"type":[]})").find("'type' at # is an empty array"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"object","properties":{"a":{"type":[]}}})").find("#/properties/a"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"string","anyOf":[{"minLength":1},{"format":"date"}]})").find("'type' beside 'anyOf'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"$defs":{"a":{"type":"string"}},"$ref":"#/$defs/a","maxLength":3})")
+                .find("'maxLength' beside '$ref'"),
+            std::string::npos);
+  EXPECT_EQ(error_of(R"({"$ref":"#/$defs/a","description":"d","$defs":{"a":{"type":"string"}}})"), "");
+}
+
 // A vocabulary like a byte-level BPE one: every byte, then multi-byte pieces.
 std::vector<std::string> test_vocab() {
   std::vector<std::string> v;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <fstream>
 #include <mutex>
+#include <regex>
 
 #include "server/server_test_util.h"
 
@@ -125,6 +126,65 @@ TEST(Hardening, ProbedBadInputIsAClear400) {
   const HttpResult ok = post(p, "/v1/chat/completions", b);  // still serving, structured output too
   ASSERT_EQ(ok.status, 200) << ok.body;
   EXPECT_EQ(ok.j["choices"][0]["message"]["content"].get<std::string>().size(), 2u);
+}
+
+// Found by a second probe (each answered 200 and ignored the field, or its output broke
+// the schema it was given): fields of the wrong type, vLLM's fields this server does not
+// implement, schemas that match nothing. vLLM's guided_* spellings constrain as they do there.
+TEST(Hardening, ProbedFieldsAreCheckedAndVllmsGuidedFieldsConstrain) {
+  TestServer::Options o = stories_opts(2);
+  o.tokenizer = (stories260k() / "tok512.bin").string();
+  TestServer srv(stories_bin(), o);
+  const int p = srv.port();
+  const json hi = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 24}, {"temperature", 0}};
+  auto expect_param = [&](const json& body, const std::string& param, const std::string& fragment) {
+    const HttpResult r = post(p, "/v1/chat/completions", body);
+    expect_error(r, 400, fragment);
+    EXPECT_EQ(r.j["error"]["param"], param) << body.dump() << " -> " << r.body;
+  };
+  auto with = [&](const char* k, const json& v) {
+    json b = hi;
+    b[k] = v;
+    return b;
+  };
+  expect_param(with("user", 5), "user", "'user' must be a string");
+  expect_param(with("reasoning_effort", "ultra"), "reasoning_effort", "must be one of");
+  expect_param(with("parallel_tool_calls", "x"), "parallel_tool_calls", "must be a boolean");
+  expect_param(with("min_tokens", 5), "min_tokens", "not supported");
+  expect_param(with("guided_grammar", "root ::= \"a\""), "guided_grammar", "not supported");
+  json b = with("regex", "a+");
+  b["guided_regex"] = "b+";
+  expect_param(b, "guided_regex", "cannot be combined with 'regex'");
+  expect_param(with("guided_choice", json::array()), "guided_choice", "non-empty array of strings");
+  expect_param(with("guided_json", "{"), "guided_json", "not JSON");
+  auto schema = [&](const json& s) {
+    return with("response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", s}}}});
+  };
+  expect_param(schema({{"type", json::array()}}), "response_format", "matches nothing");
+  expect_param(schema({{"type", "string"}, {"enum", {1, 2}}}), "response_format", "matches nothing");
+  b = schema({{"type", "string"}});
+  b["response_format"]["json_schema"]["name"] = 5;
+  expect_param(b, "response_format", "json_schema.name must be a string");
+  b = hi;
+  b["messages"][0]["content"] = json::array();
+  expect_param(b, "messages", "empty array");
+  b = hi;
+  b["messages"][0]["name"] = 5;
+  expect_param(b, "messages", "name must be a string");
+
+  auto content = [&](const json& body) {
+    const HttpResult r = post(p, "/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 200) << body.dump() << " -> " << r.body;
+    return r.status == 200 ? r.j["choices"][0]["message"]["content"].get<std::string>() : std::string();
+  };
+  const std::string choice = content(with("guided_choice", {"yes", "no", "maybe so"}));
+  EXPECT_TRUE(choice == "yes" || choice == "no" || choice == "maybe so") << choice;
+  EXPECT_TRUE(std::regex_match(content(with("guided_regex", "(ab|cd){3}")), std::regex("(ab|cd){3}")));
+  for (const json& s : {json({{"type", "string"}, {"enum", {"x", 1, "y"}}}), json(R"({"enum":["x","y"]})")}) {
+    const std::string text = content(with("guided_json", s));
+    EXPECT_TRUE(text == "\"x\"" || text == "\"y\"") << s.dump() << " -> " << text;
+  }
+  EXPECT_FALSE(content(with("min_tokens", 0)).empty());  // the neutral value is taken
 }
 
 TEST(Hardening, FloodGets429sAndEveryAcceptedRequestItsOwnTokens) {

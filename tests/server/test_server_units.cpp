@@ -122,6 +122,9 @@ TEST(ChatPrompt, FallbackTemplateIsRoleTaggedLines) {
   EXPECT_THROW(render_chat(json::parse(R"([{"role":"wizard","content":"x"}])")), mx::Error);
   EXPECT_THROW(render_chat(json::parse(R"([{"role":"user"}])")), mx::Error);
   EXPECT_THROW(render_chat(json::parse(R"([{"role":"user","content":[{"type":"image_url"}]}])")), mx::Error);
+  EXPECT_THROW(render_chat(json::parse(R"([{"role":"user","content":[]}])")), mx::Error);  // OpenAI: at least one part
+  EXPECT_THROW(render_chat(json::parse(R"([{"role":"user","content":"x","name":5}])")), mx::Error);
+  EXPECT_EQ(render_chat(json::parse(R"([{"role":"user","content":"x","name":"ann"}])")), "user: x\nassistant:");
 }
 
 TEST(OpenAiApi, ParsesPromptsAndSampling) {

@@ -351,4 +351,22 @@ TEST(ToolCalls, BadToolRequestsAreA400NamingTheField) {
   b["messages"].push_back({{"role", "assistant"},
                            {"tool_calls", json::array({{{"function", {{"name", "add"}, {"arguments", "[1"}}}}})}});
   expect_400(b, "messages");
+  // Arguments are an object: a schema of anything else could never be called (it came
+  // back as plain content, no tool_calls, under tool_choice "required").
+  b = tool_body("required");
+  b["tools"][1]["function"]["parameters"] = {{"type", "array"}, {"items", {{"type", "integer"}}}};
+  expect_400(b, "tools");
+  b = tool_body("required");
+  b["tools"][1]["function"]["parameters"]["properties"]["a"]["type"] = json::array();
+  expect_400(b, "tools");  // matches nothing
+  b = tool_body("auto");
+  b["tools"][0]["function"]["description"] = 5;
+  expect_400(b, "tools");
+  b = tool_body("auto");
+  b["tools"][0]["function"]["strict"] = "x";
+  expect_400(b, "tools");
+  b = tool_body(nullptr);
+  b.erase("tools");
+  b["parallel_tool_calls"] = "x";  // checked with or without tools
+  expect_400(b, "parallel_tool_calls");
 }
