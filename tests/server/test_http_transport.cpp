@@ -1,5 +1,6 @@
 // server/http/transport.h on its own (a handler of the test's, no engine):
-// keep-alive and pipelining, chunked streams, the disconnect signal for
+// keep-alive and pipelining, chunked streams (HTTP/1.0's to the close), the Host
+// header HTTP/1.1 requires, the disconnect signal for
 // blocking and streaming handlers, each limit's answer (400, 408, 413 after a
 // lingering close, 431, 500), HEAD, 100-continue, idle close, and a stop that
 // lets an answer in progress finish. Small enough to build alone under
@@ -91,6 +92,29 @@ TEST(HttpTransport, StreamsChunksAndEndsTheStream) {
   EXPECT_EQ(status_of(r), 200) << r;
   EXPECT_NE(r.find("Transfer-Encoding: chunked"), std::string::npos) << r;
   EXPECT_NE(r.find("9\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n"), std::string::npos) << r;
+}
+
+// HTTP/1.0 has no chunked coding: the stream's bytes as they are, ended by the close
+// (a probe found chunk sizes inside an HTTP/1.0 body).
+TEST(HttpTransport, StreamsToAnHttp10ClientEndByTheClose) {
+  Served s(opts(), [](const HttpRequest&, HttpExchange& out) {
+    ASSERT_TRUE(out.start_stream(200, {{"Content-Type", "text/event-stream"}}));
+    for (const char* c : {"data: 1\n\n", "", "data: 2\n\n"}) EXPECT_TRUE(out.write(c));
+    EXPECT_TRUE(out.end_stream());
+  });
+  const std::string r = roundtrip(s.port(), "GET /s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  EXPECT_EQ(status_of(r), 200) << r;
+  EXPECT_EQ(r.find("Transfer-Encoding"), std::string::npos) << r;
+  EXPECT_EQ(body_text(r), "data: 1\n\ndata: 2\n\n") << r;
+}
+
+// RFC 9112 section 3.2: no Host in an HTTP/1.1 request, or two, is a 400 (HTTP/1.0 needs none).
+TEST(HttpTransport, Http11WithoutOneHostIsA400) {
+  Served s(opts(), echo);
+  EXPECT_EQ(status_of(roundtrip(s.port(), get_with("/a", ""))), 400);
+  EXPECT_EQ(status_of(roundtrip(s.port(), get_with("/a", "Host: x\r\nHost: y\r\n"))), 400);
+  EXPECT_EQ(status_of(roundtrip(s.port(), "GET /a HTTP/1.0\r\n\r\n")), 200);
+  EXPECT_EQ(status_of(roundtrip(s.port(), get_with("/a", "Host: x\r\n"))), 200);
 }
 
 TEST(HttpTransport, ABlockingHandlerLearnsThatItsClientLeft) {

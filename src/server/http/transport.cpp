@@ -223,8 +223,11 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
     auto h = std::make_shared<StreamHead>();
     h->res = http::response<http::empty_body>(http::status(unsigned(status)), version_);
     for (auto& [k, v] : headers) h->res.insert(k, v);
+    // HTTP/1.0 has no chunks (RFC 9112 section 6.1): the body runs to the close.
+    chunked_ = version_ >= 11;
+    if (!chunked_) keep_alive_ = false;
     h->res.keep_alive(keep_alive_ && !core_->stopping);
-    h->res.chunked(true);
+    h->res.chunked(chunked_);
     h->sr.emplace(h->res);
     return blocking([this, h, status](std::promise<bool>& p) {
       arm(core_->opts.limits.write_timeout, Phase::Handle);
@@ -243,17 +246,25 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
     auto s = std::make_shared<std::string>(data);
     return blocking([this, s](std::promise<bool>& p) {
       arm(core_->opts.limits.write_timeout, Phase::Handle);
-      net::async_write(sock_, http::make_chunk(net::buffer(*s)),
-                       [self = shared_from_this(), s, &p](beast::error_code ec, size_t) {
-                         self->disarm();
-                         p.set_value(self->wrote(ec));
-                       });
+      auto done = [self = shared_from_this(), s, &p](beast::error_code ec, size_t) {
+        self->disarm();
+        p.set_value(self->wrote(ec));
+      };
+      if (chunked_)
+        net::async_write(sock_, http::make_chunk(net::buffer(*s)), std::move(done));
+      else
+        net::async_write(sock_, net::buffer(*s), std::move(done));
     });
   }
 
   bool end_stream() override {
     if (!streaming_ || ended_) return false;
     ended_ = true;
+    if (!chunked_)  // nothing to write: the close that follows ends the body
+      return blocking([this](std::promise<bool>& p) {
+        response_done_ = true;
+        p.set_value(true);
+      });
     return blocking([this](std::promise<bool>& p) {
       arm(core_->opts.limits.write_timeout, Phase::Handle);
       net::async_write(sock_, http::make_chunk_last(), [self = shared_from_this(), &p](beast::error_code ec, size_t) {
@@ -369,6 +380,11 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
     if (fields > size_t(core_->opts.limits.max_header_count))
       return answer_error(431, "the request has " + std::to_string(fields) + " header fields, over the limit of " +
                                    std::to_string(core_->opts.limits.max_header_count));
+    // RFC 9112 section 3.2: an HTTP/1.1 request without Host, or with more than one, is a 400.
+    const auto hosts = m.count(http::field::host);
+    if (hosts > 1 || (hosts == 0 && m.version() >= 11))
+      return answer_error(400, hosts > 1 ? "the request has more than one Host header"
+                                         : "an HTTP/1.1 request must have a Host header");
     phase_ = Phase::Body;
     arm(core_->opts.limits.body_timeout, Phase::Body);
     if (parser_->is_done()) return on_body({});
@@ -546,6 +562,7 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
   bool stop_requested_ = false, handler_running_ = false, response_done_ = false;
   // Set on the strand before the handler is posted, read by the worker.
   bool keep_alive_ = true, head_request_ = false;
+  bool chunked_ = true;  // this stream's body in chunks (HTTP/1.1), or up to the close (HTTP/1.0)
   unsigned version_ = 11;
   // Worker side (streaming_ / ended_ only by the handler's thread).
   bool streaming_ = false, ended_ = false;

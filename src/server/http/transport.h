@@ -41,7 +41,9 @@
 //     (not a hang) until the head deadline frees their slots.
 // Streams use chunked transfer encoding (Beast's chunk_encode.hpp:
 // make_chunk / make_chunk_last, as in the docs' "Chunked Encoding" section),
-// each chunk written before write() returns.
+// each chunk written before write() returns; to an HTTP/1.0 client (no chunked
+// coding) the bytes as they are, the connection's close ending the body. An
+// HTTP/1.1 request without exactly one Host header is a 400 (RFC 9112 3.2).
 #include <chrono>
 #include <cstddef>
 #include <functional>
