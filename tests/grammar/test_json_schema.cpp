@@ -21,6 +21,16 @@ bool accepts(const Grammar& g, const std::string& text) {
   return m.accept_bytes(text) && m.complete();
 }
 
+// The error compiling a schema ("" if it compiles).
+std::string error_of(const char* schema) {
+  try {
+    json_schema_grammar(ojson::parse(schema));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 const char* kPerson = R"({
   "type": "object",
   "properties": {
@@ -82,14 +92,6 @@ TEST(JsonSchemaGrammar, RefsAnyOfConstAndTuples) {
 }
 
 TEST(JsonSchemaGrammar, UnsupportedKeywordsAreErrorsNamingThem) {
-  auto error_of = [](const char* schema) -> std::string {
-    try {
-      json_schema_grammar(ojson::parse(schema));
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
   EXPECT_EQ(error_of(R"({"type":"string","pattern":"^a+$"})"), "");  // grammar/regex.h; tests/grammar/test_regex.cpp
   EXPECT_NE(error_of(R"x({"type":"string","pattern":"(?=a)"})x").find("'pattern' at #"), std::string::npos);
   EXPECT_NE(error_of(R"({"type":"object","properties":{"n":{"type":"integer","minimum":0}}})").find("'minimum' at #/properties/n"),
@@ -126,15 +128,6 @@ TEST(JsonSchemaGrammar, EnumAndConstKeepOnlyWhatTheKeywordsBesideThemAdmit) {
   const Grammar plain = json_schema_grammar(ojson::parse(R"({"enum":[{"x":1},[1,2]],"description":"any"})"));
   EXPECT_TRUE(accepts(plain, R"({"x":1})"));
   EXPECT_TRUE(accepts(plain, "[1,2]"));
-
-  auto error_of = [](const char* schema) -> std::string {
-    try {
-      json_schema_grammar(ojson::parse(schema));
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
   for (const char* none : {R"({"type":"string","enum":[1,2]})", R"({"type":"integer","const":"a"})",
                            R"({"type":"object","enum":[1]})", R"({"type":"string","minLength":5,"enum":["a"]})",
                            R"({"type":"array","maxItems":1,"const":[1,2,3]})", R"({"enum":[1,2],"const":3})",
