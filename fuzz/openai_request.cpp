@@ -2,7 +2,9 @@
 // parse_request -- the function the HTTP server calls on each body -- with a
 // small byte-level BPE tokenizer so text prompts, chats (the fallback chat
 // format) and stop strings are exercised. First byte: the endpoint
-// (even /v1/completions, odd /v1/chat/completions); the rest is the body.
+// (bit 0 clear /v1/completions, set /v1/chat/completions), the tokenizer (bit 1)
+// and structured outputs over it (bit 2: response_format, regex, guided_*
+// compiled to token masks); the rest is the body.
 // A request it accepts must be consistent: one max_tokens per prompt, each >= 1
 // and within the context with its prompt.
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include "fuzz_common.h"
 #include "tokenizer/tokenizer.h"
 #include "server/openai_api.h"
+#include "server/structured_output.h"
 
 namespace {
 
@@ -32,12 +35,18 @@ const mx::Tokenizer& tokenizer() {
   return *tok;
 }
 
+mx::server::StructuredOutputs& structured() {
+  static mx::server::StructuredOutputs so(tokenizer(), int64_t(tokenizer().vocab_size));
+  return so;
+}
+
 }  // namespace
 
 MXFUZZ_TARGET(openai_request) {
   if (size < 1) return 0;
   mx::server::ApiContext ctx;
   ctx.tokenizer = (data[0] & 2) ? &tokenizer() : nullptr;
+  ctx.structured = (data[0] & 6) == 6 ? &structured() : nullptr;
   ctx.served_model_name = "m";
   ctx.context_length = 64;
   ctx.kv_capacity = 48;

@@ -203,6 +203,20 @@ bool is_type(const std::string& t, const ojson& v, const std::string& path) {
   fail("json_schema: type '{}' at {} is not a JSON Schema type", t, path);
 }
 
+// Alternative `alt` of s's keyword k with the keywords beside k added (the same keyword
+// in both with different values is refused: their conjunction is not a merge).
+ojson with_beside(const ojson& s, const std::string& k, const ojson& alt, const std::string& at) {
+  if (alt.is_boolean() && !alt.get<bool>()) return alt;
+  ojson out = alt.is_boolean() ? ojson::object() : alt;
+  MX_CHECK(out.is_object(), "json_schema: the schema at {} is not an object", at);
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (it.key() == k || kAnnotations.count(it.key())) continue;
+    if (!out.contains(it.key())) out[it.key()] = it.value();
+    else MX_CHECK(out[it.key()] == it.value(), "json_schema: '{}' beside '{}' and at {} differ: not supported", it.key(), k, at);
+  }
+  return out;
+}
+
 bool constrains(const ojson& s) {
   for (auto it = s.begin(); it != s.end(); ++it)
     if (!kAnnotations.count(it.key())) return true;
@@ -446,13 +460,22 @@ uint32_t Compiler::compile(const ojson& s, const std::string& path, int depth) {
     if (!kAnnotations.count(it.key()) && !kKeywords.count(it.key()))
       fail("json_schema: keyword '{}' at {} is not supported", it.key(), path);
   if (s.contains("const") || s.contains("enum")) return values(s, path, depth);
-  // $ref, anyOf, oneOf and allOf are compiled alone: a keyword beside them that
-  // constrains is refused, not ignored.
-  for (const char* k : {"$ref", "anyOf", "oneOf", "allOf"})
-    if (s.contains(k))
-      for (auto it = s.begin(); it != s.end(); ++it)
-        if (it.key() != k && !kAnnotations.count(it.key()))
-          fail("json_schema: '{}' beside '{}' at {} is not supported", it.key(), k, path);
+  // s and anyOf(a_i) is anyOf(s and a_i): the keywords beside anyOf / oneOf / allOf
+  // move into each alternative, {"type": "object", "oneOf": [{"required": ["a"]}, ...]}
+  // as {"oneOf": [{"type": "object", "required": ["a"]}, ...]}.
+  for (const char* k : {"anyOf", "oneOf", "allOf"})
+    if (s.contains(k) && s.size() > 1) {
+      MX_CHECK(s[k].is_array() && !s[k].empty(), "json_schema: '{}' at {} must be a non-empty array", k, path);
+      ojson alts = ojson::array();
+      for (size_t i = 0; i < s[k].size(); ++i) alts.push_back(with_beside(s, k, s[k][i], path + "/" + k + "/" + std::to_string(i)));
+      if (alts == s[k]) break;  // annotations only beside it
+      return compile(ojson{{k, alts}}, path, depth);
+    }
+  // $ref is compiled alone: a keyword beside it that constrains is refused, not ignored.
+  if (s.contains("$ref"))
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (it.key() != "$ref" && !kAnnotations.count(it.key()))
+        fail("json_schema: '{}' beside '$ref' at {} is not supported", it.key(), path);
   if (s.contains("$ref")) {
     MX_CHECK(s["$ref"].is_string(), "json_schema: '$ref' at {} must be a string", path);
     return ref(s["$ref"].get<std::string>(), path, depth);
@@ -489,8 +512,10 @@ uint32_t Compiler::compile(const ojson& s, const std::string& path, int depth) {
 
 // enum / const: every keyword of a schema applies (2020-12), so only the values that
 // the keywords beside them admit are kept: a "type" alone is checked as JSON Schema
-// defines it, anything more by matching the value's text on a grammar of the rest.
-// None left is an error: the schema matches nothing.
+// defines it, anything more by matching the value's text on a grammar of the rest,
+// so as this compiler reads those keywords (additionalProperties absent = false,
+// properties in order, integers without a fraction, 16 digits). None left is an
+// error: the schema matches nothing.
 uint32_t Compiler::values(const ojson& s, const std::string& path, int depth) {
   std::vector<ojson> vals;
   if (s.contains("enum")) {

@@ -16,8 +16,9 @@
 // searched as ECMA-262 does: anchored only by its own ^ / $; a '"' or '\\' it
 // matches is written escaped, control characters never); number, integer,
 // boolean, null. enum and const keep only the values the keywords beside them
-// admit (none left is an error); $ref, anyOf, oneOf and allOf take no constraining
-// keyword beside them (an error, as is a "type" of []).
+// admit as this compiler reads them (a "type" alone as JSON Schema defines it; none
+// left is an error, as is a "type" of []); keywords beside anyOf, oneOf or allOf
+// apply to each alternative; beside $ref they are an error.
 // Annotations (title, description, default, examples, $schema, $id, $comment,
 // deprecated, readOnly, writeOnly, strict) are ignored. Anything else
 // (minimum, multipleOf, other formats, ...) is an mx::Error naming the keyword and

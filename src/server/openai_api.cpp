@@ -72,13 +72,43 @@ bool constrains_format(const json& b) {
 // never gets an output that silently ignored one.
 void refuse_unimplemented(const json& b) {
   static const std::pair<const char*, json> kFields[] = {
-      {"min_tokens", 0},          {"guided_grammar", nullptr},   {"ebnf", nullptr},
-      {"bad_words", json::array()}, {"allowed_token_ids", nullptr}, {"prompt_logprobs", nullptr},
-      {"use_beam_search", false}, {"include_stop_str_in_output", false}, {"truncate_prompt_tokens", nullptr},
-      {"logits_processors", nullptr}, {"structured_outputs", nullptr}};
-  for (const auto& [key, neutral] : kFields)
-    if (b.contains(key) && b[key] != neutral && !b[key].is_null())
-      throw ApiError(400, fmt::format("'{}' is not supported by this server", key), key);
+      {"min_tokens", 0},
+      {"guided_grammar", nullptr},
+      {"ebnf", nullptr},
+      {"guided_whitespace_pattern", nullptr},
+      {"bad_words", nullptr},
+      {"allowed_token_ids", nullptr},
+      {"prompt_logprobs", nullptr},
+      {"use_beam_search", false},
+      {"include_stop_str_in_output", false},
+      {"truncate_prompt_tokens", nullptr},
+      {"logits_processors", nullptr},
+      {"add_generation_prompt", true},
+      {"continue_final_message", false},
+      {"chat_template", nullptr}};
+  for (const auto& [key, neutral] : kFields) {
+    if (!b.contains(key) || b[key].is_null() || b[key] == neutral) continue;
+    if ((b[key].is_array() || b[key].is_object()) && b[key].empty()) continue;  // [] and {} ask for nothing
+    throw ApiError(400, fmt::format("'{}' is not supported by this server", key), key);
+  }
+}
+
+// vLLM's current spelling of its guided_* fields: structured_outputs {"json" | "regex" |
+// "choice": ...}, as the guided_* field of that name.
+const char* structured_outputs_field(const json& b) {
+  if (!b.contains("structured_outputs") || b["structured_outputs"].is_null()) return nullptr;
+  const json& so = b["structured_outputs"];
+  if (!so.is_object()) throw ApiError(400, "'structured_outputs' must be an object", "structured_outputs");
+  const char* field = nullptr;
+  for (auto it = so.begin(); it != so.end(); ++it) {
+    if (it->is_null()) continue;
+    if (it.key() != "json" && it.key() != "regex" && it.key() != "choice")
+      throw ApiError(400, fmt::format("'structured_outputs.{}' is not supported (json, regex or choice)", it.key()),
+                     "structured_outputs");
+    if (field) throw ApiError(400, "'structured_outputs' may hold one of json, regex or choice", "structured_outputs");
+    field = it.key() == "json" ? "guided_json" : it.key() == "regex" ? "guided_regex" : "guided_choice";
+  }
+  return field;
 }
 
 // The one constraint on the output's text, from whichever field asks for it:
@@ -89,32 +119,45 @@ void parse_constraint(const json& b, const std::string& body, const ApiContext& 
   std::vector<const char*> fields;
   for (const char* k : {"regex", "guided_regex", "guided_json", "guided_choice"})
     if (b.contains(k) && !b[k].is_null()) fields.push_back(k);
+  const char* so = structured_outputs_field(b);
+  if (so) fields.push_back("structured_outputs");
   if (constrains_format(b)) fields.push_back("response_format");
   if (fields.empty()) return;
-  const char* k = fields[0];
+  const char* param = fields[0];
   if (fields.size() > 1)
-    throw ApiError(400, fmt::format("'{}' cannot be combined with '{}'", fields[1], k), fields[1]);
-  if (r.response_format) throw ApiError(400, fmt::format("'{}' cannot be combined with a required tool call", k), k);
-  if (!ctx.structured) throw ApiError(400, fmt::format("'{}' needs the model's tokenizer (this server has none)", k), k);
+    throw ApiError(400, fmt::format("'{}' cannot be combined with '{}'", fields[1], param), fields[1]);
+  if (r.response_format)
+    throw ApiError(400, fmt::format("'{}' cannot be combined with a required tool call", param), param);
+  if (!ctx.structured)
+    throw ApiError(400, fmt::format("'{}' needs the model's tokenizer (this server has none)", param), param);
   // Parsed again keeping the members' order: a schema's properties come out in it.
-  const nlohmann::ordered_json v = nlohmann::ordered_json::parse(body)[k];
+  const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(body);
+  // k: the field as vLLM's guided_* name; `name` as the request spells it, for messages.
+  const bool nested = param == std::string_view("structured_outputs");
+  const std::string k = nested ? so : param;
+  const std::string name = nested ? "structured_outputs." + k.substr(7) : k;  // "guided_" is 7 bytes
+  const nlohmann::ordered_json& v = nested ? parsed["structured_outputs"][k.substr(7)] : parsed[k];
   try {
-    if (k == std::string_view("response_format")) {
+    if (k == "response_format") {
       r.response_format = ctx.structured->compile(v);
-    } else if (k == std::string_view("guided_json")) {  // a schema, or its JSON text
-      if (!v.is_object() && !v.is_string()) throw ApiError(400, "'guided_json' must be a JSON Schema (an object or its text)", k);
+    } else if (k == "guided_json") {  // a schema, or its JSON text
+      if (!v.is_object() && !v.is_string())
+        throw ApiError(400, fmt::format("'{}' must be a JSON Schema (an object or its text)", name), param);
       nlohmann::ordered_json schema = v;
       if (v.is_string()) {
+        if (!json_depth_at_most(v.get<std::string>()))  // as the body's own limit (a deep copy overflows a stack)
+          throw ApiError(400, fmt::format("'{}' nests arrays and objects more than {} deep", name, kMaxJsonDepth),
+                         param);
         try {
           schema = nlohmann::ordered_json::parse(v.get<std::string>());
         } catch (const nlohmann::json::exception&) {
-          throw ApiError(400, "'guided_json' is a string that is not JSON", k);
+          throw ApiError(400, fmt::format("'{}' is a string that is not JSON", name), param);
         }
       }
       r.response_format = ctx.structured->compile({{"type", "json_schema"}, {"json_schema", {{"schema", schema}}}});
-    } else if (k == std::string_view("guided_choice")) {  // exactly one of the strings
+    } else if (k == "guided_choice") {  // exactly one of the strings
       if (!v.is_array() || v.empty() || !std::all_of(v.begin(), v.end(), [](const auto& c) { return c.is_string(); }))
-        throw ApiError(400, "'guided_choice' must be a non-empty array of strings", k);
+        throw ApiError(400, fmt::format("'{}' must be a non-empty array of strings", name), param);
       r.response_format = ctx.structured->compile_grammar("choice " + v.dump(), [&] {
         grammar::Grammar g;
         const uint32_t any = g.add_rule("choice");
@@ -123,13 +166,13 @@ void parse_constraint(const json& b, const std::string& body, const ApiContext& 
         return g;
       }, {});
     } else {  // regex, guided_regex: the whole output matches the expression (grammar/regex.h)
-      if (!v.is_string()) throw ApiError(400, fmt::format("'{}' must be a string", k), k);
+      if (!v.is_string()) throw ApiError(400, fmt::format("'{}' must be a string", name), param);
       const std::string pattern = v.get<std::string>();
       r.response_format = ctx.structured->compile_grammar(
           "regex " + pattern, [&] { return grammar::regex_grammar(pattern); }, {});
     }
   } catch (const Error& e) {
-    throw ApiError(400, e.what(), k);
+    throw ApiError(400, e.what(), param);
   }
 }
 }  // namespace
@@ -488,6 +531,10 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx, const nlohma
   for (const char* k : {"tools", "tool_choice", "parallel_tool_calls"})
     if (b.contains(k)) body[k] = ordered ? (*ordered)[k] : nlohmann::ordered_json(b[k]);
   std::shared_ptr<ToolRequest> tools = parse_tools(body, ctx.tool_format);
+  // OpenAI's reasoning knob (its values vary by model): a variable for the chat template,
+  // as vLLM passes it (gpt-oss's reads it), unless chat_template_kwargs sets one.
+  if (has(b, "reasoning_effort") && !b["reasoning_effort"].is_string())
+    throw ApiError(400, "'reasoning_effort' must be a string", "reasoning_effort");
   const bool use_tools = tools && tools->choice != ToolChoice::None;
   std::string text;
   bool templated = false;
@@ -505,6 +552,8 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx, const nlohma
     if (ctx.chat_template) {
       nlohmann::ordered_json extra = nlohmann::ordered_json::object();
       if (has(b, "chat_template_kwargs")) extra = nlohmann::ordered_json(b["chat_template_kwargs"]);
+      if (has(b, "reasoning_effort") && !extra.contains("reasoning_effort"))
+        extra["reasoning_effort"] = b["reasoning_effort"];
       nlohmann::ordered_json messages = tool_messages(b["messages"], ctx.tool_format);
       if (use_tools) {
         if (ctx.chat_template->tmpl.uses_variable("tools"))
@@ -537,12 +586,6 @@ ApiRequest parse_chat_request(const json& b, const ApiContext& ctx, const nlohma
       throw ApiError(400, "'response_format' cannot be combined with a required tool call", "response_format");
     if (!ctx.structured) throw ApiError(400, "'tool_choice' needs the model's tokenizer", "tool_choice");
     r.response_format = tool_choice_grammar(*ctx.structured, *tools);
-  }
-  if (has(b, "reasoning_effort")) {
-    // OpenAI's reasoning models' knob; templates here take chat_template_kwargs instead.
-    const json& e = b["reasoning_effort"];
-    if (!e.is_string() || !(e == "none" || e == "minimal" || e == "low" || e == "medium" || e == "high"))
-      throw ApiError(400, "'reasoning_effort' must be one of none, minimal, low, medium, high", "reasoning_effort");
   }
   r.logprobs = get_bool(b, "logprobs", false);
   const int64_t top = get_int(b, "top_logprobs", 0);

@@ -135,7 +135,12 @@ TEST(JsonSchemaGrammar, EnumAndConstKeepOnlyWhatTheKeywordsBesideThemAdmit) {
     EXPECT_NE(error_of(none).find("matches nothing"), std::string::npos) << none;
   EXPECT_NE(error_of(R"({"type":[]})").find("'type' at # is an empty array"), std::string::npos);
   EXPECT_NE(error_of(R"({"type":"object","properties":{"a":{"type":[]}}})").find("#/properties/a"), std::string::npos);
-  EXPECT_NE(error_of(R"({"type":"string","anyOf":[{"minLength":1},{"format":"date"}]})").find("'type' beside 'anyOf'"),
+  // Keywords beside anyOf / oneOf / allOf apply to each alternative; the same one inside with
+  // another value is refused (a conjunction, not a merge).
+  const Grammar beside = json_schema_grammar(ojson::parse(R"({"type":"string","anyOf":[{"minLength":2},{"format":"date"}],"title":"t"})"));
+  for (const char* ok : {R"("ab")", R"("2024-01-02")"}) EXPECT_TRUE(accepts(beside, ok)) << ok;
+  for (const char* bad : {R"("a")", "12", "true"}) EXPECT_FALSE(accepts(beside, bad)) << bad;
+  EXPECT_NE(error_of(R"({"type":"string","oneOf":[{"type":"integer"}]})").find("'type' beside 'oneOf' and at #/oneOf/0 differ"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"$defs":{"a":{"type":"string"}},"$ref":"#/$defs/a","maxLength":3})")
                 .find("'maxLength' beside '$ref'"),

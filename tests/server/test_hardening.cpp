@@ -148,7 +148,7 @@ TEST(Hardening, ProbedFieldsAreCheckedAndVllmsGuidedFieldsConstrain) {
     return b;
   };
   expect_param(with("user", 5), "user", "'user' must be a string");
-  expect_param(with("reasoning_effort", "ultra"), "reasoning_effort", "must be one of");
+  expect_param(with("reasoning_effort", 5), "reasoning_effort", "must be a string");
   expect_param(with("parallel_tool_calls", "x"), "parallel_tool_calls", "must be a boolean");
   expect_param(with("min_tokens", 5), "min_tokens", "not supported");
   expect_param(with("guided_grammar", "root ::= \"a\""), "guided_grammar", "not supported");
@@ -184,7 +184,16 @@ TEST(Hardening, ProbedFieldsAreCheckedAndVllmsGuidedFieldsConstrain) {
     const std::string text = content(with("guided_json", s));
     EXPECT_TRUE(text == "\"x\"" || text == "\"y\"") << s.dump() << " -> " << text;
   }
-  EXPECT_FALSE(content(with("min_tokens", 0)).empty());  // the neutral value is taken
+  expect_param(with("guided_json", std::string(100000, '[')), "guided_json", "more than 512 deep");
+  expect_param(with("structured_outputs", {{"grammar", "x"}}), "structured_outputs", "not supported");
+  expect_param(with("structured_outputs", {{"regex", "a"}, {"choice", {"a"}}}), "structured_outputs", "one of");
+  expect_param(with("add_generation_prompt", false), "add_generation_prompt", "not supported");
+  const std::string so = content(with("structured_outputs", {{"choice", {"left", "right"}}}));  // vLLM's newer spelling
+  EXPECT_TRUE(so == "left" || so == "right") << so;
+  // Neutral values are taken.
+  for (const auto& [k, v] : {std::pair<const char*, json>{"min_tokens", 0}, {"logits_processors", json::array()},
+                             {"structured_outputs", json::object()}, {"reasoning_effort", "xhigh"}})
+    EXPECT_FALSE(content(with(k, v)).empty()) << k;
 }
 
 TEST(Hardening, FloodGets429sAndEveryAcceptedRequestItsOwnTokens) {

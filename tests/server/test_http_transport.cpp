@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <memory>
 #include <thread>
 
@@ -106,6 +107,33 @@ TEST(HttpTransport, StreamsToAnHttp10ClientEndByTheClose) {
   EXPECT_EQ(status_of(r), 200) << r;
   EXPECT_EQ(r.find("Transfer-Encoding"), std::string::npos) << r;
   EXPECT_EQ(body_text(r), "data: 1\n\ndata: 2\n\n") << r;
+}
+
+// Cut short, that stream ends in a reset: a plain close would read as a whole body.
+TEST(HttpTransport, AnHttp10StreamCutShortEndsInAReset) {
+  Served s(opts(), [](const HttpRequest&, HttpExchange& out) {
+    ASSERT_TRUE(out.start_stream(200, {{"Content-Type", "text/event-stream"}}));
+    EXPECT_TRUE(out.write("data: 1\n\n"));
+  });  // returns without end_stream
+  const int fd = connect_to(s.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(send_all(fd, "GET /s HTTP/1.0\r\n\r\n"));
+  char buf[4096];
+  ssize_t n = 0;
+  int err = 0;
+  const auto end = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      err = errno;
+      break;
+    }
+  }
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(err, ECONNRESET);
+  ::close(fd);
 }
 
 // RFC 9112 section 3.2: no Host in an HTTP/1.1 request, or two, is a 400 (HTTP/1.0 needs none).

@@ -336,13 +336,17 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
     if (::send(sock_.native_handle(), t.data(), t.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) core_->counted(status);
   }
 
-  void close_now() {
+  // reset: an RST instead of the FIN that would end a body running to the close.
+  void close_now(bool reset = false) {
     if (phase_ == Phase::Closed) return;
     phase_ = Phase::Closed;
     gone_ = true;
     disarm();
     beast::error_code ec;
-    sock_.shutdown(tcp::socket::shutdown_both, ec);
+    if (reset)
+      sock_.set_option(net::socket_base::linger(true, 0), ec);
+    else
+      sock_.shutdown(tcp::socket::shutdown_both, ec);
     sock_.close(ec);
     unregister();
   }
@@ -504,7 +508,8 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
 
   void handler_done() {
     handler_running_ = false;
-    if (streaming_ && !response_done_) return close_now();  // a stream cut short: the client must see it broken
+    // A stream cut short: the client must see it broken (HTTP/1.0's has no last chunk to miss).
+    if (streaming_ && !response_done_) return close_now(/*reset=*/!chunked_);
     next();
   }
 
@@ -560,7 +565,9 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
   Phase phase_ = Phase::Idle;
   uint64_t timer_gen_ = 0, request_gen_ = 0;
   bool stop_requested_ = false, handler_running_ = false, response_done_ = false;
-  // Set on the strand before the handler is posted, read by the worker.
+  // Set on the strand before the handler is posted, read by the worker; keep_alive_
+  // and chunked_ also set by the worker in start_stream, before the blocking write
+  // that orders it before the strand's next read (next(), after the handler).
   bool keep_alive_ = true, head_request_ = false;
   bool chunked_ = true;  // this stream's body in chunks (HTTP/1.1), or up to the close (HTTP/1.0)
   unsigned version_ = 11;
