@@ -203,14 +203,14 @@ bool is_type(const std::string& t, const ojson& v, const std::string& path) {
   fail("json_schema: type '{}' at {} is not a JSON Schema type", t, path);
 }
 
-// Alternative `alt` of s's keyword k with the keywords beside k added (the same keyword
-// in both with different values is refused: their conjunction is not a merge).
-ojson with_beside(const ojson& s, const std::string& k, const ojson& alt, const std::string& at) {
+// Alternative `alt` (at `at`) of keyword k with the keywords `beside` k added (the same
+// keyword in both with different values is refused: their conjunction is not a merge).
+ojson with_beside(const ojson& beside, const ojson& alt, const std::string& k, const std::string& at) {
   if (alt.is_boolean() && !alt.get<bool>()) return alt;
   ojson out = alt.is_boolean() ? ojson::object() : alt;
   MX_CHECK(out.is_object(), "json_schema: the schema at {} is not an object", at);
-  for (auto it = s.begin(); it != s.end(); ++it) {
-    if (it.key() == k || kAnnotations.count(it.key())) continue;
+  for (auto it = beside.begin(); it != beside.end(); ++it) {
+    if (kAnnotations.count(it.key())) continue;
     if (!out.contains(it.key())) out[it.key()] = it.value();
     else MX_CHECK(out[it.key()] == it.value(), "json_schema: '{}' beside '{}' and at {} differ: not supported", it.key(), k, at);
   }
@@ -463,20 +463,22 @@ uint32_t Compiler::compile(const ojson& s, const std::string& path, int depth) {
   // s and anyOf(a_i) is anyOf(s and a_i): the keywords beside anyOf / oneOf / allOf
   // move into each alternative, {"type": "object", "oneOf": [{"required": ["a"]}, ...]}
   // as {"oneOf": [{"type": "object", "required": ["a"]}, ...]}.
-  for (const char* k : {"anyOf", "oneOf", "allOf"})
-    if (s.contains(k) && s.size() > 1) {
-      MX_CHECK(s[k].is_array() && !s[k].empty(), "json_schema: '{}' at {} must be a non-empty array", k, path);
-      ojson alts = ojson::array();
-      for (size_t i = 0; i < s[k].size(); ++i) alts.push_back(with_beside(s, k, s[k][i], path + "/" + k + "/" + std::to_string(i)));
-      if (alts == s[k]) break;  // annotations only beside it
-      return compile(ojson{{k, alts}}, path, depth);
-    }
-  // $ref is compiled alone: a keyword beside it that constrains is refused, not ignored.
-  if (s.contains("$ref"))
+  for (const char* k : {"anyOf", "oneOf", "allOf"}) {
+    if (!s.contains(k)) continue;
+    ojson beside = s;
+    beside.erase(k);
+    if (!constrains(beside)) break;
+    MX_CHECK(s[k].is_array() && !s[k].empty(), "json_schema: '{}' at {} must be a non-empty array", k, path);
+    ojson alts = ojson::array();
+    for (size_t i = 0; i < s[k].size(); ++i)
+      alts.push_back(with_beside(beside, s[k][i], k, path + "/" + k + "/" + std::to_string(i)));
+    return compile(ojson{{k, alts}}, path, depth);
+  }
+  if (s.contains("$ref")) {
+    // Compiled alone: a keyword beside it that constrains is refused, not ignored.
     for (auto it = s.begin(); it != s.end(); ++it)
       if (it.key() != "$ref" && !kAnnotations.count(it.key()))
         fail("json_schema: '{}' beside '$ref' at {} is not supported", it.key(), path);
-  if (s.contains("$ref")) {
     MX_CHECK(s["$ref"].is_string(), "json_schema: '$ref' at {} must be a string", path);
     return ref(s["$ref"].get<std::string>(), path, depth);
   }

@@ -94,21 +94,23 @@ void refuse_unimplemented(const json& b) {
 }
 
 // vLLM's current spelling of its guided_* fields: structured_outputs {"json" | "regex" |
-// "choice": ...}, as the guided_* field of that name.
-const char* structured_outputs_field(const json& b) {
-  if (!b.contains("structured_outputs") || b["structured_outputs"].is_null()) return nullptr;
+// "choice": ...}, as guided_json / guided_regex / guided_choice. Returns the member
+// given ("": none).
+std::string structured_outputs_member(const json& b) {
+  if (!b.contains("structured_outputs") || b["structured_outputs"].is_null()) return "";
   const json& so = b["structured_outputs"];
   if (!so.is_object()) throw ApiError(400, "'structured_outputs' must be an object", "structured_outputs");
-  const char* field = nullptr;
+  std::string member;
   for (auto it = so.begin(); it != so.end(); ++it) {
     if (it->is_null()) continue;
     if (it.key() != "json" && it.key() != "regex" && it.key() != "choice")
       throw ApiError(400, fmt::format("'structured_outputs.{}' is not supported (json, regex or choice)", it.key()),
                      "structured_outputs");
-    if (field) throw ApiError(400, "'structured_outputs' may hold one of json, regex or choice", "structured_outputs");
-    field = it.key() == "json" ? "guided_json" : it.key() == "regex" ? "guided_regex" : "guided_choice";
+    if (!member.empty())
+      throw ApiError(400, "'structured_outputs' may hold one of json, regex or choice", "structured_outputs");
+    member = it.key();
   }
-  return field;
+  return member;
 }
 
 // The one constraint on the output's text, from whichever field asks for it:
@@ -119,8 +121,8 @@ void parse_constraint(const json& b, const std::string& body, const ApiContext& 
   std::vector<const char*> fields;
   for (const char* k : {"regex", "guided_regex", "guided_json", "guided_choice"})
     if (b.contains(k) && !b[k].is_null()) fields.push_back(k);
-  const char* so = structured_outputs_field(b);
-  if (so) fields.push_back("structured_outputs");
+  const std::string so = structured_outputs_member(b);
+  if (!so.empty()) fields.push_back("structured_outputs");
   if (constrains_format(b)) fields.push_back("response_format");
   if (fields.empty()) return;
   const char* param = fields[0];
@@ -130,13 +132,18 @@ void parse_constraint(const json& b, const std::string& body, const ApiContext& 
     throw ApiError(400, fmt::format("'{}' cannot be combined with a required tool call", param), param);
   if (!ctx.structured)
     throw ApiError(400, fmt::format("'{}' needs the model's tokenizer (this server has none)", param), param);
-  // Parsed again keeping the members' order: a schema's properties come out in it.
-  const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(body);
   // k: the field as vLLM's guided_* name; `name` as the request spells it, for messages.
   const bool nested = param == std::string_view("structured_outputs");
-  const std::string k = nested ? so : param;
-  const std::string name = nested ? "structured_outputs." + k.substr(7) : k;  // "guided_" is 7 bytes
-  const nlohmann::ordered_json& v = nested ? parsed["structured_outputs"][k.substr(7)] : parsed[k];
+  const std::string k = nested ? "guided_" + so : param;
+  const std::string name = nested ? "structured_outputs." + so : k;
+  // A schema's properties come out in the request's order: the body parsed again keeping it.
+  nlohmann::ordered_json v;
+  if (k == "response_format" || k == "guided_json") {
+    const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(body);
+    v = nested ? parsed["structured_outputs"][so] : parsed[k];
+  } else {
+    v = nested ? b["structured_outputs"][so] : b[k];
+  }
   try {
     if (k == "response_format") {
       r.response_format = ctx.structured->compile(v);

@@ -223,11 +223,9 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
     auto h = std::make_shared<StreamHead>();
     h->res = http::response<http::empty_body>(http::status(unsigned(status)), version_);
     for (auto& [k, v] : headers) h->res.insert(k, v);
-    // HTTP/1.0 has no chunks (RFC 9112 section 6.1): the body runs to the close.
-    chunked_ = version_ >= 11;
-    if (!chunked_) keep_alive_ = false;
+    if (!chunked()) keep_alive_ = false;  // the close ends the body
     h->res.keep_alive(keep_alive_ && !core_->stopping);
-    h->res.chunked(chunked_);
+    h->res.chunked(chunked());
     h->sr.emplace(h->res);
     return blocking([this, h, status](std::promise<bool>& p) {
       arm(core_->opts.limits.write_timeout, Phase::Handle);
@@ -250,7 +248,7 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
         self->disarm();
         p.set_value(self->wrote(ec));
       };
-      if (chunked_)
+      if (chunked())
         net::async_write(sock_, http::make_chunk(net::buffer(*s)), std::move(done));
       else
         net::async_write(sock_, net::buffer(*s), std::move(done));
@@ -260,7 +258,7 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
   bool end_stream() override {
     if (!streaming_ || ended_) return false;
     ended_ = true;
-    if (!chunked_)  // nothing to write: the close that follows ends the body
+    if (!chunked())  // nothing to write: the close that follows ends the body
       return blocking([this](std::promise<bool>& p) {
         response_done_ = true;
         p.set_value(true);
@@ -509,7 +507,7 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
   void handler_done() {
     handler_running_ = false;
     // A stream cut short: the client must see it broken (HTTP/1.0's has no last chunk to miss).
-    if (streaming_ && !response_done_) return close_now(/*reset=*/!chunked_);
+    if (streaming_ && !response_done_) return close_now(/*reset=*/!chunked());
     next();
   }
 
@@ -566,11 +564,13 @@ class Session : public std::enable_shared_from_this<Session>, public HttpExchang
   uint64_t timer_gen_ = 0, request_gen_ = 0;
   bool stop_requested_ = false, handler_running_ = false, response_done_ = false;
   // Set on the strand before the handler is posted, read by the worker; keep_alive_
-  // and chunked_ also set by the worker in start_stream, before the blocking write
-  // that orders it before the strand's next read (next(), after the handler).
+  // also set by the worker in start_stream, before the blocking write that orders it
+  // before the strand's next read (next(), after the handler).
   bool keep_alive_ = true, head_request_ = false;
-  bool chunked_ = true;  // this stream's body in chunks (HTTP/1.1), or up to the close (HTTP/1.0)
   unsigned version_ = 11;
+  // A stream's body in chunks (HTTP/1.1), or up to the close: HTTP/1.0 has no chunked
+  // coding (RFC 9112 section 6.1).
+  bool chunked() const { return version_ >= 11; }
   // Worker side (streaming_ / ended_ only by the handler's thread).
   bool streaming_ = false, ended_ = false;
   std::atomic<bool> answered_{false}, gone_{false};
